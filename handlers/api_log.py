@@ -1,0 +1,79 @@
+"""/api/log: usage records, filterable, with totals."""
+from __future__ import annotations
+
+from handlers.api_user import paged
+from handlers.base import ApiError, ApiHandler
+
+FIELDS = ("user_id", "username", "token_id", "token_name", "group", "model", "upstream_model",
+          "channel_id", "endpoint", "prompt_tokens", "completion_tokens", "cached_tokens",
+          "units", "quota", "estimated", "duration_ms", "ttfb_ms", "status", "stream",
+          "client_ip", "billing_mode", "error", "created_at")
+
+
+def log_view(d: dict, admin: bool) -> dict:
+    out = {"request_id": d["_id"], **{f: d.get(f) for f in FIELDS}}
+    if not admin:
+        out.pop("channel_id", None)
+        out.pop("upstream_model", None)
+    return out
+
+
+def log_filter(handler: ApiHandler, own_only: bool) -> dict:
+    flt: dict = {}
+    if own_only:
+        flt["user_id"] = handler.current_user["_id"]
+    elif handler.get_argument("user_id", ""):
+        flt["user_id"] = int(handler.get_argument("user_id"))
+    for name in ("token_id", "channel_id", "status"):
+        v = handler.get_argument(name, "")
+        if v:
+            try:
+                flt[name] = int(v)
+            except ValueError:
+                raise ApiError(400, f"{name} must be a whole number.") from None
+    model = handler.get_argument("model", "")
+    if model:
+        flt["model"] = model
+    rng = {}
+    for arg, op in (("start", "$gte"), ("end", "$lt")):
+        v = handler.get_argument(arg, "")
+        if v:
+            try:
+                rng[op] = float(v)
+            except ValueError:
+                raise ApiError(400, f"{arg} must be a unix timestamp.") from None
+    if rng:
+        flt["created_at"] = rng
+    return flt
+
+
+async def totals(handler: ApiHandler, flt: dict) -> dict:
+    pipeline = [{"$match": flt}, {"$group": {
+        "_id": None, "quota": {"$sum": "$quota"}, "requests": {"$sum": 1},
+        "prompt_tokens": {"$sum": "$prompt_tokens"},
+        "completion_tokens": {"$sum": "$completion_tokens"}}}]
+    rows = await (await handler.store.db.usage.aggregate(pipeline)).to_list(1)
+    row = rows[0] if rows else {}
+    return {k: int(row.get(k) or 0) for k in ("quota", "requests", "prompt_tokens",
+                                              "completion_tokens")}
+
+
+class SelfLogHandler(ApiHandler):
+    own_only = True
+
+    async def get(self) -> None:
+        self.require_user() if self.own_only else self.require_admin()
+        flt = log_filter(self, self.own_only)
+        data = await paged(self, self.store.db.usage, flt, lambda d: log_view(d, not self.own_only))
+        data["totals"] = await totals(self, flt)
+        self.ok(data)
+
+
+class AllLogHandler(SelfLogHandler):
+    own_only = False
+
+
+default_handlers = [
+    (r"/api/log/self/?", SelfLogHandler),
+    (r"/api/log/?", AllLogHandler),
+]

@@ -1,0 +1,361 @@
+"""/api/user: sign-in, the caller's own account, top-up, and user admin."""
+from __future__ import annotations
+
+import re
+import secrets
+import time
+
+from cachetools import TTLCache
+
+from handlers.base import ApiError, ApiHandler
+from models.passwords import hash_password, needs_update, verify_password
+from models.records import ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER_ENABLED
+from models.store import DuplicateKeyError, now
+from relay.billing import USER
+
+MAX_FAILURES = 5
+_failures: TTLCache = TTLCache(maxsize=100_000, ttl=600)
+
+_USERNAME = re.compile(r"^[A-Za-z0-9_.\-@]{2,64}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def user_view(handler: ApiHandler, doc: dict) -> dict:
+    remaining, used = handler.ctx["billing"].view_from_doc(USER, doc)
+    return {"id": doc["_id"], "username": doc.get("username", ""), "email": doc.get("email", ""),
+            "display_name": doc.get("display_name", ""), "role": doc.get("role", ROLE_USER),
+            "status": doc.get("status", USER_ENABLED), "group": doc.get("group", "default"),
+            "quota": remaining, "used_quota": used, "created_time": doc.get("created_time", 0),
+            "marketing_opt_in": bool(doc.get("marketing_opt_in"))}
+
+
+async def registration_open(handler: ApiHandler) -> bool:
+    opt = await handler.store.db.options.find_one({"_id": "registration_enabled"})
+    return bool(opt["value"]) if opt else handler.config.registration_enabled
+
+
+def validate_new_user(body: dict, groups: dict) -> dict:
+    username = str(body.get("username") or "").strip()
+    password = str(body.get("password") or "")
+    email = str(body.get("email") or "").strip().lower()
+    group = str(body.get("group") or "default")
+    if not _USERNAME.match(username) or "@" in username:
+        raise ApiError(400, "The user name must be 2-64 letters, digits or _.- characters.")
+    if len(password) < 8:
+        raise ApiError(400, "The password must be at least 8 characters long.")
+    if email and not _EMAIL.match(email):
+        raise ApiError(400, f"Not an e-mail address: {email!r}.")
+    if group not in groups:
+        raise ApiError(400, f"There is no group named {group!r}.")
+    return {"username": username, "password_hash": hash_password(password), "email": email,
+            "group": group}
+
+
+async def insert_user(handler: ApiHandler, fields: dict, role: int = ROLE_USER) -> dict:
+    db = handler.store.db
+    if fields["email"] and await db.users.find_one({"email": fields["email"]}, {"_id": 1}):
+        raise ApiError(409, "That e-mail address is already registered.")
+    doc = {"_id": await handler.store.next_id("users"), "display_name": fields["username"],
+           "role": role, "status": USER_ENABLED, "quota": 0, "used_quota": 0, "leases": {},
+           "created_time": now(), **fields}
+    try:
+        await db.users.insert_one(doc)
+    except DuplicateKeyError:
+        raise ApiError(409, f"The user name {fields['username']!r} is taken.") from None
+    return doc
+
+
+class LoginHandler(ApiHandler):
+    async def post(self) -> None:
+        body = self.body_json()
+        name = str(body.get("username") or "").strip()
+        password = str(body.get("password") or "")
+        if not name or not password:
+            raise ApiError(400, "Enter a user name (or e-mail address) and a password.")
+        keys = (("ip", self.client_ip()), ("name", name.lower()))
+        if any(_failures.get(k, 0) >= MAX_FAILURES for k in keys):
+            raise ApiError(429, "Too many failed sign-in attempts; wait 10 minutes and try again.")
+        db = self.store.db
+        doc = await db.users.find_one({"username": name})
+        if doc is None and "@" in name:
+            doc = await db.users.find_one({"email": name.lower()})
+        if doc is None or not verify_password(password, doc.get("password_hash", "")):
+            for k in keys:
+                _failures[k] = _failures.get(k, 0) + 1
+            raise ApiError(401, "Wrong user name or password.")
+        if doc.get("status", USER_ENABLED) != USER_ENABLED:
+            raise ApiError(403, "This account is disabled.")
+        for k in keys:
+            _failures.pop(k, None)
+        if needs_update(doc["password_hash"]):
+            await db.users.update_one({"_id": doc["_id"]},
+                                      {"$set": {"password_hash": hash_password(password)}})
+        csrf = self.start_session(doc)
+        self.ok({**user_view(self, doc), "csrf_token": csrf}, "Signed in.")
+
+
+class LogoutHandler(ApiHandler):
+    async def post(self) -> None:
+        self.end_session()
+        self.ok(None, "Signed out.")
+
+    get = post
+
+
+class RegisterHandler(ApiHandler):
+    async def post(self) -> None:
+        if not await registration_open(self):
+            raise ApiError(403, "Registration is closed on this server.")
+        fields = validate_new_user({**self.body_json(), "group": "default"},
+                                   self.ctx["catalog"].groups)
+        doc = await insert_user(self, fields)
+        self.ok(user_view(self, doc), "Account created; you can sign in now.")
+
+
+class SelfHandler(ApiHandler):
+    async def get(self) -> None:
+        self.ok(user_view(self, self.require_user()))
+
+    async def put(self) -> None:
+        user = self.require_user()
+        body = self.body_json()
+        update: dict = {}
+        if "display_name" in body:
+            update["display_name"] = str(body["display_name"])[:64]
+        if "marketing_opt_in" in body:
+            update["marketing_opt_in"] = bool(body["marketing_opt_in"])
+        if "email" in body:
+            email = str(body["email"]).strip().lower()
+            if email and not _EMAIL.match(email):
+                raise ApiError(400, f"Not an e-mail address: {email!r}.")
+            update["email"] = email
+        if body.get("password"):
+            if not verify_password(str(body.get("original_password") or ""),
+                                   user.get("password_hash", "")):
+                raise ApiError(403, "The current password is wrong.")
+            if len(str(body["password"])) < 8:
+                raise ApiError(400, "The password must be at least 8 characters long.")
+            update["password_hash"] = hash_password(str(body["password"]))
+        if not update:
+            raise ApiError(400, "Nothing to change.")
+        inc = {"session_epoch": 1} if "password_hash" in update else {}
+        doc = await self.store.db.users.find_one_and_update(
+            {"_id": user["_id"]}, {"$set": update, **({"$inc": inc} if inc else {})},
+            return_document=True)
+        await self.ctx["catalog"].changed("user", user["_id"])
+        if inc:
+            self.start_session(doc)
+        self.ok(user_view(self, doc), "Saved.")
+
+
+class AccessTokenHandler(ApiHandler):
+    """A new access token for `Authorization: Bearer` on /api (replaces the old)."""
+
+    async def get(self) -> None:
+        user = self.require_user()
+        token = "at-" + secrets.token_urlsafe(32)
+        await self.store.db.users.update_one(
+            {"_id": user["_id"]},
+            {"$set": {"access_token_hash": self.ctx["vault"].lookup_hash(token)}})
+        self.ok(token)
+
+    post = get
+
+
+class TopupHandler(ApiHandler):
+    async def post(self) -> None:
+        user = self.require_user()
+        code = str(self.body_json().get("key") or "").strip()
+        if not code:
+            raise ApiError(400, "Enter a redemption code.")
+        db = self.store.db
+        doc = await db.redemptions.find_one_and_update(
+            {"key": code, "status": 1},
+            {"$set": {"status": 3, "used_user_id": user["_id"], "redeemed_time": now()}},
+            return_document=True)
+        if doc is None:
+            used = await db.redemptions.find_one({"key": code}, {"status": 1})
+            if used is None:
+                raise ApiError(404, "No such redemption code.")
+            raise ApiError(409, "This redemption code has already been used.")
+        ok = await self.ctx["billing"].credit(USER, user["_id"], int(doc["quota"]),
+                                              f"redemption {doc['_id']}",
+                                              ledger_id=f"redeem:{doc['_id']}")
+        if not ok:
+            await db.redemptions.update_one({"_id": doc["_id"]},
+                                            {"$set": {"status": 1, "used_user_id": None}})
+            raise ApiError(500, "The code could not be applied; it is still valid.")
+        self.ok(int(doc["quota"]), f"Added {doc['quota']} to your balance.")
+
+
+# ---- admin ----------------------------------------------------------------
+def page_args(handler: ApiHandler) -> tuple[int, int]:
+    try:
+        p = int(handler.get_argument("p", "1"))
+        size = int(handler.get_argument("size", handler.get_argument("page_size", "20")))
+    except ValueError:
+        raise ApiError(400, "p and size must be whole numbers.") from None
+    return max(p, 1), min(max(size, 1), 200)
+
+
+async def paged(handler: ApiHandler, coll, flt: dict, view) -> dict:
+    p, size = page_args(handler)
+    total = await coll.count_documents(flt)
+    docs = await coll.find(flt).sort("_id", -1).skip((p - 1) * size).limit(size).to_list(size)
+    return {"items": [view(d) for d in docs], "total": total, "page": p, "page_size": size}
+
+
+class UsersHandler(ApiHandler):
+    async def get(self) -> None:
+        self.require_admin()
+        flt: dict = {}
+        kw = self.get_argument("keyword", "").strip()
+        if kw:
+            rx = {"$regex": re.escape(kw), "$options": "i"}
+            flt = {"$or": [{"username": rx}, {"email": rx}]}
+        self.ok(await paged(self, self.store.db.users, flt, lambda d: user_view(self, d)))
+
+    async def post(self) -> None:
+        admin = self.require_admin()
+        body = self.body_json()
+        fields = validate_new_user(body, self.ctx["catalog"].groups)
+        role = int(body.get("role") or ROLE_USER)
+        if role not in (ROLE_USER, ROLE_ADMIN) or (role >= ROLE_ADMIN and admin["role"] < ROLE_ROOT):
+            raise ApiError(403, "Only root can create administrators.")
+        doc = await insert_user(self, fields, role)
+        self.ok(user_view(self, doc), "User created.")
+
+    async def put(self) -> None:
+        admin = self.require_admin()
+        body = self.body_json()
+        target = await self._target(admin, body.get("id"))
+        update: dict = {}
+        if "group" in body:
+            if body["group"] not in self.ctx["catalog"].groups:
+                raise ApiError(400, f"There is no group named {body['group']!r}.")
+            update["group"] = body["group"]
+        for f in ("display_name",):
+            if f in body:
+                update[f] = str(body[f])
+        if "email" in body:
+            email = str(body["email"]).strip().lower()
+            if email and not _EMAIL.match(email):
+                raise ApiError(400, f"Not an e-mail address: {email!r}.")
+            update["email"] = email
+        if "status" in body:
+            if body["status"] not in (USER_ENABLED, USER_DISABLED):
+                raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
+            update["status"] = body["status"]
+        if body.get("password"):
+            if len(str(body["password"])) < 8:
+                raise ApiError(400, "The password must be at least 8 characters long.")
+            update["password_hash"] = hash_password(str(body["password"]))
+        if not update and "quota" not in body:
+            raise ApiError(400, "Nothing to change.")
+        if update:
+            await self.store.db.users.update_one({"_id": target["_id"]}, {"$set": update})
+        if "quota" in body:
+            await self.ctx["billing"].set_remaining(USER, target["_id"], _int(body["quota"], "quota"))
+        await self.ctx["catalog"].changed("user", target["_id"])
+        doc = await self.store.db.users.find_one({"_id": target["_id"]})
+        self.ok(user_view(self, doc), "Saved.")
+
+    async def _target(self, admin: dict, ident) -> dict:
+        try:
+            ident = int(ident)
+        except (TypeError, ValueError):
+            raise ApiError(400, "Give the user's id.") from None
+        doc = await self.store.db.users.find_one({"_id": ident})
+        if doc is None:
+            raise ApiError(404, f"No user with id {ident}.")
+        if doc.get("role", 0) >= admin.get("role", 0) and doc["_id"] != admin["_id"]:
+            raise ApiError(403, "You cannot change a user of your own rank or higher.")
+        return doc
+
+
+class UserHandler(UsersHandler):
+    async def get(self, ident: str) -> None:
+        self.require_admin()
+        doc = await self.store.db.users.find_one({"_id": int(ident)})
+        if doc is None:
+            raise ApiError(404, f"No user with id {ident}.")
+        self.ok(user_view(self, doc))
+
+    async def delete(self, ident: str) -> None:
+        """Disabling, not deleting: usage records keep pointing at the user."""
+        admin = self.require_admin()
+        target = await self._target(admin, ident)
+        await self.store.db.users.update_one({"_id": target["_id"]},
+                                             {"$set": {"status": USER_DISABLED}})
+        await self.ctx["catalog"].changed("user", target["_id"])
+        self.ok(None, "User disabled.")
+
+
+class ManageUserHandler(UsersHandler):
+    """new-api style: {id, action: enable|disable|promote|demote}."""
+
+    async def post(self) -> None:
+        admin = self.require_admin()
+        body = self.body_json()
+        target = await self._target(admin, body.get("id"))
+        action = body.get("action")
+        update = {"enable": {"status": USER_ENABLED}, "disable": {"status": USER_DISABLED},
+                  "promote": {"role": ROLE_ADMIN}, "demote": {"role": ROLE_USER}}.get(action)
+        if update is None:
+            raise ApiError(400, "action must be enable, disable, promote or demote.")
+        if action in ("promote", "demote") and admin["role"] < ROLE_ROOT:
+            raise ApiError(403, "Only root can change roles.")
+        await self.store.db.users.update_one({"_id": target["_id"]}, {"$set": update})
+        await self.ctx["catalog"].changed("user", target["_id"])
+        doc = await self.store.db.users.find_one({"_id": target["_id"]})
+        self.ok(user_view(self, doc), "Saved.")
+
+
+class AdjustQuotaHandler(UsersHandler):
+    """Add or remove balance with a reason; kept in the ledger."""
+
+    async def post(self, ident: str) -> None:
+        admin = self.require_admin()
+        body = self.body_json()
+        amount = _int(body.get("amount"), "amount")
+        reason = str(body.get("reason") or "").strip()
+        if not amount:
+            raise ApiError(400, "amount must be a non-zero whole number of quota units.")
+        if not reason:
+            raise ApiError(400, "Give a reason for the adjustment.")
+        target = await self.store.db.users.find_one({"_id": int(ident)})
+        if target is None:
+            raise ApiError(404, f"No user with id {ident}.")
+        ok = await self.ctx["billing"].credit(
+            USER, target["_id"], amount, f"admin {admin['username']}: {reason}",
+            ledger_id=f"adjust:{target['_id']}:{time.time_ns()}")
+        if not ok:
+            raise ApiError(409, "The balance is smaller than the amount to remove.")
+        doc = await self.store.db.users.find_one({"_id": target["_id"]})
+        self.ok(user_view(self, doc), "Balance adjusted.")
+
+
+def _int(value, name: str) -> int:
+    if isinstance(value, bool):
+        raise ApiError(400, f"{name} must be a whole number.")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ApiError(400, f"{name} must be a whole number.") from None
+    if f != int(f):
+        raise ApiError(400, f"{name} must be a whole number.")
+    return int(f)
+
+
+default_handlers = [
+    (r"/api/user/login/?", LoginHandler),
+    (r"/api/user/logout/?", LogoutHandler),
+    (r"/api/user/register/?", RegisterHandler),
+    (r"/api/user/self/?", SelfHandler),
+    (r"/api/user/token/?", AccessTokenHandler),
+    (r"/api/user/topup/?", TopupHandler),
+    (r"/api/user/manage/?", ManageUserHandler),
+    (r"/api/user/?", UsersHandler),
+    (r"/api/user/(\d+)/quota/?", AdjustQuotaHandler),
+    (r"/api/user/(\d+)/?", UserHandler),
+]

@@ -1,0 +1,25 @@
+"""Password hashing (libpass, the maintained passlib fork: same import).
+
+argon2 for new hashes; bcrypt hashes still verify, and are upgraded on the
+next successful login by `needs_update`.
+"""
+from passlib.context import CryptContext
+
+_ctx = CryptContext(schemes=["argon2", "bcrypt"], deprecated="auto")
+
+
+def hash_password(password: str) -> str:
+    return _ctx.hash(password)
+
+
+def verify_password(password: str, hashed: str) -> bool:
+    if not hashed:
+        return False
+    try:
+        return _ctx.verify(password, hashed)
+    except (ValueError, TypeError):
+        return False
+
+
+def needs_update(hashed: str) -> bool:
+    return _ctx.needs_update(hashed)

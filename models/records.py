@@ -1,0 +1,173 @@
+"""Records the relay's hot path works with, built from store documents.
+
+Documents stay plain dicts in MongoDB; these frozen dataclasses are what the
+catalog caches, so a cached value can never be mutated by accident.  Money is
+an int (quota units) and prices/rates are Decimal: never floats.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+# 500,000 units = 1 credit = 1 USD of official price (one-api/new-api count).
+QUOTA_PER_USD = 500_000
+
+TOKEN_ENABLED, TOKEN_DISABLED, TOKEN_EXPIRED, TOKEN_EXHAUSTED = 1, 2, 3, 4
+USER_ENABLED, USER_DISABLED = 1, 2
+ROLE_USER, ROLE_ADMIN, ROLE_ROOT = 1, 10, 100
+
+BILLING_MODES = ("per_token", "per_call")
+
+
+def to_decimal(value: Any, name: str = "value") -> Decimal:
+    if value is None or value == "":
+        return Decimal(0)
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number")
+    try:
+        d = Decimal(str(value))
+    except InvalidOperation:
+        raise ValueError(f"{name} must be a number") from None
+    if not d.is_finite() or d < 0:
+        raise ValueError(f"{name} must be a non-negative number")
+    return d
+
+
+def parse_networks(text: str | list | None) -> tuple:
+    """Parse an allow-list: addresses or CIDR ranges, newline or comma separated.
+
+    Raises ValueError naming the first entry that is neither.
+    """
+    if not text:
+        return ()
+    items = text if isinstance(text, list) else re.split(r"[\s,;]+", str(text))
+    nets = []
+    for item in items:
+        item = str(item).strip()
+        if not item:
+            continue
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ValueError(f"not an IP address or CIDR range: {item!r}") from None
+    return tuple(nets)
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    username: str
+    email: str
+    role: int
+    status: int
+    group: str
+
+    @classmethod
+    def from_doc(cls, d: dict) -> "User":
+        return cls(id=d["_id"], username=d.get("username", ""), email=d.get("email", ""),
+                   role=int(d.get("role", ROLE_USER)), status=int(d.get("status", USER_ENABLED)),
+                   group=d.get("group") or "default")
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role >= ROLE_ADMIN
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    user_id: int
+    name: str
+    status: int
+    group: str
+    unlimited_quota: bool
+    expired_time: int
+    allow_ips: tuple
+    model_limits_enabled: bool
+    model_limits: frozenset
+    billing_mode: str
+
+    @classmethod
+    def from_doc(cls, d: dict) -> "Token":
+        return cls(id=d["_id"], user_id=d["user_id"], name=d.get("name", ""),
+                   status=int(d.get("status", TOKEN_ENABLED)), group=d.get("group") or "default",
+                   unlimited_quota=bool(d.get("unlimited_quota")),
+                   expired_time=int(d.get("expired_time", -1)),
+                   allow_ips=parse_networks(d.get("allow_ips")),
+                   model_limits_enabled=bool(d.get("model_limits_enabled")),
+                   model_limits=frozenset(d.get("model_limits") or ()),
+                   billing_mode=d.get("billing_mode") or "per_token")
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.expired_time not in (-1, 0) and self.expired_time <= (now or time.time())
+
+    def ip_allowed(self, ip: str) -> bool:
+        if not self.allow_ips:
+            return True
+        try:
+            addr = ipaddress.ip_address(ip)
+        except ValueError:
+            return False
+        if addr.version == 6 and addr.ipv4_mapped:
+            addr = addr.ipv4_mapped
+        return any(addr in net for net in self.allow_ips if net.version == addr.version)
+
+    def model_allowed(self, model: str) -> bool:
+        return not self.model_limits_enabled or model in self.model_limits
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    rate: Decimal
+    description: str
+    enabled: bool
+
+    @classmethod
+    def from_doc(cls, d: dict) -> "Group":
+        return cls(name=d["_id"], rate=to_decimal(d.get("rate", "1")),
+                   description=d.get("description", ""), enabled=bool(d.get("enabled", True)))
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens (input/output/cache) and USD per call."""
+    model: str
+    group: str
+    input_price: Decimal
+    output_price: Decimal
+    cache_price: Decimal
+    call_price: Decimal
+
+    @classmethod
+    def from_doc(cls, d: dict) -> "Price":
+        return cls(model=d["model"], group=d.get("group") or "",
+                   input_price=to_decimal(d.get("input_price")),
+                   output_price=to_decimal(d.get("output_price")),
+                   cache_price=to_decimal(d.get("cache_price")),
+                   call_price=to_decimal(d.get("call_price")))
+
+
+@dataclass(frozen=True)
+class Channel:
+    id: int
+    name: str
+    type: str
+    base_url: str
+    key: str  # decrypted; never leaves the process
+    models: tuple
+    groups: tuple
+    priority: int
+    weight: int
+    model_mapping: dict = field(hash=False, compare=False)
+    enabled: bool = True
+    # Extra per-channel options, e.g. {"system_role": "developer"} for
+    # reasoning models that reject the system role, or Azure's api_version.
+    options: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def upstream_model(self, model: str) -> str:
+        return self.model_mapping.get(model, model)

@@ -1,0 +1,156 @@
+"""The one contract every vendor adaptor follows.
+
+An adaptor speaks to one kind of upstream channel (openai, anthropic, gemini,
+azure, midjourney, ...).  The relay's canonical shape is OpenAI's: requests
+arrive converted to it by the inbound face (relay/faces), and an adaptor
+turns its upstream's answers back into OpenAI-shaped dicts.  When the
+client's format equals the upstream's (`Call.face == adaptor.native`), the
+adaptor is asked to pass bytes through: it still reads them, but only to
+find the usage.
+
+Lifecycle of one call, all methods called on the IOLoop, none may block:
+1. `request(call, channel)` once per attempt (a retry on another channel
+   calls it again) -> UpstreamRequest.
+2. Streaming: `stream(call)` once per attempt -> a StreamReader fed with the
+   raw bytes as they arrive.
+   Non-streaming: `parse(call, body)` once with the whole body.
+3. On an upstream status >= 400: `error(status, body)` -> RelayError.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay.errors import RelayError
+from relay.pricing import Usage
+
+
+@dataclass
+class Call:
+    """What the relay knows about one inbound call."""
+    request_id: str
+    endpoint: str            # "chat", "embeddings", "images", "transcriptions", "speech", ...
+    face: str                # the client's wire format: "openai", "anthropic", "gemini"
+    model: str               # the public model name the client asked for
+    body: dict               # the request in canonical (OpenAI) shape
+    raw: bytes = b""         # the client's original body, for pass-through
+    native_body: dict | None = None  # the client's body parsed, in its own format
+    stream: bool = False
+    client_wants_usage: bool = False
+    upstream_model: str = ""  # set per attempt from the channel's model_mapping
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class UpstreamRequest:
+    method: str
+    url: str
+    headers: dict
+    body: bytes | None = None
+    body_producer: Any = None  # for streamed uploads (multipart audio)
+
+
+@dataclass
+class Chunk:
+    """One unit of a translated stream.
+
+    `data` is an OpenAI chat.completion.chunk dict (None for pass-through
+    events that carry nothing to translate); `raw` is the event's original
+    bytes, written as they are when the client speaks the upstream's format.
+    """
+    data: dict | None
+    raw: bytes | None = None
+
+
+class StreamReader:
+    """Fed raw upstream bytes; returns translated chunks; collects usage."""
+
+    def __init__(self):
+        self.usage: Usage | None = None
+        self.text_parts: list[str] = []  # what was generated, for estimates
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        """Called for every piece of bytes received.  Returns [] when a
+        piece completes no event."""
+        raise NotImplementedError
+
+    def finish(self) -> list[Chunk]:
+        """Called once when the upstream ends the stream cleanly."""
+        return []
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+
+class Adaptor:
+    type = ""
+    native = "openai"  # the wire format this upstream speaks
+    endpoints: frozenset = frozenset()
+
+    def request(self, call: Call, channel) -> UpstreamRequest:
+        raise NotImplementedError
+
+    def stream(self, call: Call) -> StreamReader:
+        raise NotImplementedError
+
+    def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
+        """The whole non-streamed answer -> (OpenAI-shaped dict, usage or None)."""
+        raise NotImplementedError
+
+    def error(self, status: int, body: bytes) -> RelayError:
+        return generic_error(status, body)
+
+
+def join_url(base: str, path: str, version: str = "/v1") -> str:
+    """Join a channel's base URL and an API path, tolerating a base given with
+    or without its version segment and with a trailing slash."""
+    base = base.rstrip("/")
+    if version and base.endswith(version):
+        base = base[: -len(version)]
+    return base + version + path
+
+
+def upstream_message(body: bytes) -> str:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body[:300].decode(errors="replace").strip()
+    if isinstance(doc, list) and doc:
+        doc = doc[0]
+    if isinstance(doc, dict):
+        err = doc.get("error", doc)
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("description") or err)[:1000]
+        return str(err)[:1000]
+    return str(doc)[:300]
+
+
+def generic_error(status: int, body: bytes) -> RelayError:
+    """Map an upstream failure to our status table."""
+    msg = upstream_message(body)
+    low = msg.lower()
+    if status == 429:
+        return RelayError(429, f"The upstream is rate limiting: {msg}", "rate_limit_error",
+                          "rate_limit_exceeded")
+    if status == 413 or "context length" in low or "context_length" in low or "too many tokens" in low:
+        return RelayError(413, f"The request is too large for the model: {msg}",
+                          "invalid_request_error", "context_length_exceeded")
+    if status in (400, 404, 422):
+        return RelayError(400, f"The upstream rejected the request: {msg}",
+                          "invalid_request_error", "upstream_rejected")
+    if status in (401, 403):
+        # The channel's own credentials failed: not the caller's fault.
+        return RelayError(503, "The upstream channel refused our credentials; try again later.",
+                          "upstream_error", "channel_auth_failed")
+    if status == 504 or status == 408:
+        return RelayError(504, "The upstream did not answer in time.", "upstream_error",
+                          "upstream_timeout")
+    return RelayError(502 if status < 500 else 502,
+                      f"The upstream failed ({status}): {msg}", "upstream_error", "bad_upstream")
+
+
+def retryable(status: int) -> bool:
+    """Whether another channel may succeed where this one failed."""
+    return status == 429 or status >= 500 or status in (401, 403, 408)

@@ -1,0 +1,132 @@
+"""OpenAI-format upstreams (type "openai"): chat, embeddings, and the
+OpenAI-shaped media endpoints.
+
+Requests pass through with every field the client sent; the adaptor only
+maps the model name, asks for streaming usage, and smooths over reasoning
+models' parameter quirks where the channel asks it to.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from relay import sse
+from relay.adaptors.base import Adaptor, Call, Chunk, StreamReader, UpstreamRequest, join_url
+from relay.pricing import Usage
+
+_PATHS = {"chat": "/chat/completions", "embeddings": "/embeddings",
+          "images": "/images/generations", "transcriptions": "/audio/transcriptions",
+          "speech": "/audio/speech"}
+
+# o1, o3, o4-mini, gpt-5...: want max_completion_tokens, reject temperature.
+REASONING = re.compile(r"^(o\d|gpt-5)")
+# The first o1 models reject the system role outright.
+NO_SYSTEM = re.compile(r"^o1(-mini|-preview)?(-\d{4}-\d{2}-\d{2})?$")
+
+
+def usage_from(doc: dict | None) -> Usage | None:
+    if not isinstance(doc, dict):
+        return None
+    details = doc.get("prompt_tokens_details") or {}
+    return Usage(prompt_tokens=int(doc.get("prompt_tokens") or 0),
+                 completion_tokens=int(doc.get("completion_tokens") or 0),
+                 cached_tokens=int((details or {}).get("cached_tokens") or 0))
+
+
+def delta_text(chunk: dict) -> str:
+    out = []
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") or {}
+        if delta.get("content"):
+            out.append(delta["content"])
+        if delta.get("reasoning_content"):
+            out.append(delta["reasoning_content"])
+        for tc in delta.get("tool_calls") or ():
+            fn = tc.get("function") or {}
+            out.append(fn.get("name") or "")
+            out.append(fn.get("arguments") or "")
+    return "".join(out)
+
+
+def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict) -> dict:
+    body = dict(body)
+    body["model"] = upstream_model
+    if body.get("stream"):
+        opts = dict(body.get("stream_options") or {})
+        opts["include_usage"] = True
+        body["stream_options"] = opts
+    if REASONING.match(upstream_model):
+        if "max_tokens" in body and "max_completion_tokens" not in body:
+            body["max_completion_tokens"] = body.pop("max_tokens")
+        if channel_options.get("drop_temperature"):
+            body.pop("temperature", None)
+    role = channel_options.get("system_role")
+    if role in ("developer", "user") and REASONING.match(upstream_model):
+        body["messages"] = [dict(m, role=role) if isinstance(m, dict) and m.get("role") == "system"
+                            else m for m in body.get("messages") or ()]
+    return body
+
+
+class OpenAIStream(StreamReader):
+    def __init__(self, keep_raw: bool):
+        super().__init__()
+        self.parser = sse.SSEParser()
+        self.keep_raw = keep_raw
+
+    def _events(self, events) -> list[Chunk]:
+        out = []
+        for ev in events:
+            if ev.data == "[DONE]":
+                out.append(Chunk(None, sse.DONE if self.keep_raw else None))
+                continue
+            try:
+                doc = json.loads(ev.data)
+            except ValueError:
+                continue
+            if doc.get("usage"):
+                self.usage = usage_from(doc["usage"])
+            self.text_parts.append(delta_text(doc))
+            raw = sse.encode(ev.data, ev.event or None) if self.keep_raw else None
+            out.append(Chunk(doc, raw))
+        return out
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        return self._events(self.parser.feed(data))
+
+    def finish(self) -> list[Chunk]:
+        return self._events(self.parser.flush())
+
+
+class OpenAIAdaptor(Adaptor):
+    type = "openai"
+    native = "openai"
+    endpoints = frozenset(_PATHS)
+
+    def url(self, channel, call: Call) -> str:
+        return join_url(channel.base_url, _PATHS[call.endpoint])
+
+    def headers(self, channel) -> dict:
+        return {"Authorization": f"Bearer {channel.key}"}
+
+    def request(self, call: Call, channel) -> UpstreamRequest:
+        headers = self.headers(channel)
+        if call.endpoint == "transcriptions":
+            headers["Content-Type"] = call.extra["content_type"]
+            return UpstreamRequest("POST", self.url(channel, call), headers,
+                                   body_producer=call.extra.get("body_producer"),
+                                   body=call.extra.get("body"))
+        body = dict(call.body)
+        if call.endpoint == "chat":
+            body = prepare_chat_body(body, call.upstream_model, channel.options)
+        else:
+            body["model"] = call.upstream_model
+        headers["Content-Type"] = "application/json"
+        return UpstreamRequest("POST", self.url(channel, call), headers,
+                               json.dumps(body, ensure_ascii=False).encode())
+
+    def stream(self, call: Call) -> StreamReader:
+        return OpenAIStream(keep_raw=call.face == "openai")
+
+    def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
+        doc = json.loads(body)
+        return doc, usage_from(doc.get("usage")) if isinstance(doc, dict) else None

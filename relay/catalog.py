@@ -1,0 +1,178 @@
+"""In-memory view of keys, users, groups, prices and channels.
+
+A relay request reads only from here: on a warm cache it makes no database
+read.  Small tables (groups, prices, channels) are held whole and reloaded
+when one of their rows changes; keys and users are cached per entry.
+
+Invalidation: every management write calls `changed(kind, ident)`.  That drops
+the local entry at once, so the very next request in this process sees the
+change, and appends to the `invalidations` collection, which the other relay
+processes sharing the database poll every `invalidation_poll` seconds.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+
+from cachetools import TTLCache
+
+from models.records import Channel, Group, Price, Token, User
+
+log = logging.getLogger("relay.catalog")
+
+_MISSING = object()
+
+
+class Catalog:
+    def __init__(self, store, vault, ttl: float = 300.0, poll: float = 0.5):
+        self.store = store
+        self.vault = vault
+        self.poll = poll
+        self.process_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.groups: dict[str, Group] = {}
+        self.prices: dict[tuple[str, str], Price] = {}
+        self.channels: list[Channel] = []
+        self._tokens: TTLCache = TTLCache(maxsize=100_000, ttl=ttl)
+        self._token_hash_by_id: dict[int, str] = {}
+        self._users: TTLCache = TTLCache(maxsize=100_000, ttl=ttl)
+        self._poller: asyncio.Task | None = None
+        self._last_seen = 0.0
+        # Invalidations already applied; the poll re-reads a 2 s overlap to
+        # tolerate clock skew between processes, so it must skip repeats.
+        self._recent: set = set()
+        self.version = 0  # bumped on every change; lets other caches key on it
+
+    # ---- loading -----------------------------------------------------------
+    async def load(self) -> None:
+        await self.reload_groups()
+        await self.reload_prices()
+        await self.reload_channels()
+        self._last_seen = time.time()
+
+    async def reload_groups(self) -> None:
+        self.groups = {d["_id"]: Group.from_doc(d) async for d in self.store.db.groups.find({})}
+        self.version += 1
+
+    async def reload_prices(self) -> None:
+        prices = {}
+        async for d in self.store.db.prices.find({}):
+            p = Price.from_doc(d)
+            prices[(p.model, p.group)] = p
+        self.prices = prices
+        self.version += 1
+
+    async def reload_channels(self) -> None:
+        chans = []
+        async for d in self.store.db.channels.find({}).sort("_id", 1):
+            chans.append(Channel(
+                id=d["_id"], name=d.get("name", ""), type=d.get("type", "openai"),
+                base_url=d.get("base_url", ""), key=self.vault.decrypt(d.get("key_enc", "")),
+                models=tuple(d.get("models") or ()), groups=tuple(d.get("groups") or ()),
+                priority=int(d.get("priority", 0)), weight=max(0, int(d.get("weight", 1))),
+                model_mapping=dict(d.get("model_mapping") or {}),
+                enabled=bool(d.get("enabled", True)) and not d.get("auto_disabled"),
+                options=dict(d.get("options") or {})))
+        self.channels = chans
+        self.version += 1
+
+    # ---- lookups (hot path) ------------------------------------------------
+    async def token_by_key(self, key: str) -> Token | None:
+        h = self.vault.lookup_hash(key)
+        hit = self._tokens.get(h, _MISSING)
+        if hit is not _MISSING:
+            return hit
+        doc = await self.store.db.tokens.find_one({"key_hash": h})
+        tok = Token.from_doc(doc) if doc else None
+        if tok is not None:
+            self._token_hash_by_id[tok.id] = h
+        self._tokens[h] = tok
+        return tok
+
+    async def user(self, user_id: int) -> User | None:
+        hit = self._users.get(user_id, _MISSING)
+        if hit is not _MISSING:
+            return hit
+        doc = await self.store.db.users.find_one({"_id": user_id})
+        u = User.from_doc(doc) if doc else None
+        self._users[user_id] = u
+        return u
+
+    def price(self, model: str, group: str) -> Price | None:
+        """The group's override if there is one, else the model's base price."""
+        return self.prices.get((model, group)) or self.prices.get((model, ""))
+
+    def models_for_group(self, group: str) -> list[str]:
+        seen = set()
+        for ch in self.channels:
+            if ch.enabled and group in ch.groups:
+                seen.update(ch.models)
+        return sorted(seen)
+
+    # ---- invalidation ------------------------------------------------------
+    async def changed(self, kind: str, ident=None) -> None:
+        """Call after any write to a cached kind: token, user, group, price, channel."""
+        await self._apply(kind, ident)
+        try:
+            await self.store.db.invalidations.insert_one(
+                {"kind": kind, "ident": ident, "ts": time.time(), "origin": self.process_id})
+        except Exception:  # the local cache is right already; peers catch up by TTL
+            log.exception("could not record invalidation")
+
+    async def _apply(self, kind: str, ident) -> None:
+        if kind == "token":
+            h = self._token_hash_by_id.pop(ident, None) if isinstance(ident, int) else ident
+            if h:
+                self._tokens.pop(h, None)
+            elif ident is None:
+                self._tokens.clear()
+        elif kind == "user":
+            if ident is None:
+                self._users.clear()
+            else:
+                self._users.pop(ident, None)
+        elif kind == "group":
+            await self.reload_groups()
+        elif kind == "price":
+            await self.reload_prices()
+        elif kind == "channel":
+            await self.reload_channels()
+        self.version += 1
+
+    def start_polling(self) -> None:
+        if self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(self._poll_loop())
+
+    async def stop_polling(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            try:
+                await self._poller
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._poller = None
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll)
+            try:
+                cutoff = self._last_seen
+                docs = await self.store.db.invalidations.find(
+                    {"ts": {"$gt": cutoff - 2.0}}).sort("ts", 1).to_list(1000)
+                for d in docs:
+                    if d.get("origin") == self.process_id or d["ts"] <= cutoff - 2.0:
+                        continue
+                    key = (d["kind"], repr(d.get("ident")), d["ts"])
+                    if key in self._recent:
+                        continue
+                    self._recent.add(key)
+                    await self._apply(d["kind"], d.get("ident"))
+                self._last_seen = time.time()
+                if len(self._recent) > 10_000:
+                    self._recent.clear()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("invalidation poll failed")

@@ -1,0 +1,101 @@
+"""The OpenAI face: how OpenAI-format clients' calls come in and go out.
+
+A face turns the client's request into a `Call` (canonical OpenAI shape)
+and writes the adaptor's OpenAI-shaped answers back in the client's format.
+Other faces (anthropic, gemini) follow the same shape: `parse_*` functions,
+a `StreamWriter` and `render`.
+"""
+from __future__ import annotations
+
+import json
+
+from relay import sse
+from relay.adaptors.base import Call, Chunk
+from relay.errors import bad_request
+
+FAMILY = "openai"
+
+
+def load_json(raw: bytes) -> dict:
+    try:
+        doc = json.loads(raw or b"")
+    except ValueError as exc:
+        raise bad_request(f"The request body is not valid JSON: {exc}", "invalid_json") from None
+    if not isinstance(doc, dict):
+        raise bad_request("The request body must be a JSON object.", "invalid_json")
+    return doc
+
+
+def require_model(doc: dict) -> str:
+    model = doc.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_request("You must provide a model parameter.", "missing_model", "model")
+    return model
+
+
+def parse_chat(request_id: str, raw: bytes) -> Call:
+    doc = load_json(raw)
+    model = require_model(doc)
+    messages = doc.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty array.", "missing_messages", "messages")
+    stream = bool(doc.get("stream"))
+    wants_usage = stream and bool((doc.get("stream_options") or {}).get("include_usage"))
+    return Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=doc,
+                raw=raw, native_body=doc, stream=stream, client_wants_usage=wants_usage)
+
+
+def parse_embeddings(request_id: str, raw: bytes) -> Call:
+    doc = load_json(raw)
+    model = require_model(doc)
+    inp = doc.get("input")
+    if inp is None or inp == "" or inp == []:
+        raise bad_request("'input' must be a string or an array.", "missing_input", "input")
+    fmt = doc.get("encoding_format")
+    if fmt not in (None, "float", "base64"):
+        raise bad_request("'encoding_format' must be 'float' or 'base64'.", "invalid_value",
+                          "encoding_format")
+    return Call(request_id=request_id, endpoint="embeddings", face=FAMILY, model=model,
+                body=doc, raw=raw, native_body=doc)
+
+
+class StreamWriter:
+    """OpenAI chunks -> the OpenAI SSE wire format."""
+
+    def __init__(self, call: Call):
+        self.call = call
+        self.done = False
+
+    def write(self, chunk: Chunk) -> bytes:
+        doc = chunk.data
+        if doc is None:  # [DONE] or a raw-only event
+            if chunk.raw == sse.DONE:
+                self.done = True
+            return chunk.raw or b""
+        if not self.call.client_wants_usage and doc.get("usage"):
+            if not doc.get("choices"):
+                return b""  # the usage chunk we asked for on our own account
+            if chunk.raw is not None:
+                doc = dict(doc)
+                doc.pop("usage", None)
+                return sse.encode(doc)
+        if chunk.raw is not None:
+            return chunk.raw
+        doc = dict(doc)
+        doc["model"] = self.call.model
+        return sse.encode(doc)
+
+    def finish(self) -> bytes:
+        return b"" if self.done else sse.DONE
+
+    def error(self, status: int, message: str) -> bytes:
+        """An error after the stream began: the status line is gone, so it
+        travels as an event, as OpenAI itself does."""
+        return sse.encode({"error": {"message": message, "type": "upstream_error",
+                                     "code": status}}) + self.finish()
+
+
+def render(call: Call, doc: dict) -> dict:
+    if isinstance(doc, dict) and "model" in doc:
+        doc["model"] = call.model
+    return doc

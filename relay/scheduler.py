@@ -1,0 +1,92 @@
+"""Channel choice: priority, weight, retries and health.
+
+Candidates for (group, model) are ordered by priority, highest first, and
+within one priority by a weighted random draw, so weight 3 gets three times
+the traffic of weight 1.  A failing channel is not disabled for good: after
+`trip_after` consecutive failures it rests for a cool-down that doubles with
+each further trip (30 s up to 10 min) and then gets traffic again; one
+success resets it.  The health is mirrored to the store for the console.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("relay.scheduler")
+
+
+@dataclass
+class Health:
+    failures: int = 0
+    trips: int = 0
+    resting_until: float = 0.0
+    last_error: str = ""
+
+
+class Scheduler:
+    def __init__(self, catalog, store=None, trip_after: int = 5, base_rest: float = 30.0,
+                 max_rest: float = 600.0, rng: random.Random | None = None):
+        self.catalog = catalog
+        self.store = store
+        self.trip_after = trip_after
+        self.base_rest = base_rest
+        self.max_rest = max_rest
+        self.rng = rng or random.Random()
+        self.health: dict[int, Health] = {}
+
+    def serving(self, group: str, model: str) -> list:
+        return [c for c in self.catalog.channels
+                if c.enabled and group in c.groups and model in c.models]
+
+    def candidates(self, group: str, model: str) -> list:
+        """Channels to try, in order.  Resting channels go last, not away:
+        when every channel rests, trying one beats refusing the call."""
+        chans = self.serving(group, model)
+        now = time.monotonic()
+        awake = [c for c in chans if self._health(c.id).resting_until <= now]
+        resting = [c for c in chans if c not in awake]
+        return self._order(awake) + self._order(resting)
+
+    def _order(self, chans: list) -> list:
+        out = []
+        for prio in sorted({c.priority for c in chans}, reverse=True):
+            pool = [c for c in chans if c.priority == prio]
+            while pool:
+                weights = [max(c.weight, 0) for c in pool]
+                if sum(weights) <= 0:
+                    pick = pool[0]
+                else:
+                    pick = self.rng.choices(pool, weights=weights)[0]
+                out.append(pick)
+                pool.remove(pick)
+        return out
+
+    def _health(self, cid: int) -> Health:
+        h = self.health.get(cid)
+        if h is None:
+            h = self.health[cid] = Health()
+        return h
+
+    def success(self, channel) -> None:
+        h = self._health(channel.id)
+        if h.failures or h.trips:
+            h.failures, h.trips, h.resting_until = 0, 0, 0.0
+
+    def failure(self, channel, reason: str) -> None:
+        h = self._health(channel.id)
+        h.failures += 1
+        h.last_error = reason
+        if h.failures >= self.trip_after:
+            rest = min(self.base_rest * (2 ** h.trips), self.max_rest)
+            h.trips += 1
+            h.failures = 0
+            h.resting_until = time.monotonic() + rest
+            log.warning("channel %s (%s) rests %.0fs after repeated failures: %s",
+                        channel.id, channel.name, rest, reason)
+
+    def snapshot(self) -> dict[int, dict]:
+        now = time.monotonic()
+        return {cid: {"failures": h.failures, "resting_seconds": max(0, int(h.resting_until - now)),
+                      "last_error": h.last_error} for cid, h in self.health.items()}

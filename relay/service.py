@@ -1,0 +1,356 @@
+"""The orchestrator: one relay call, in the order of ARCHITECTURE.md.
+
+1. authenticate the key (from cache)          -> authenticate()
+2. check group, IP allow-list, model lock     -> authenticate(), check_model()
+3. pick channels for (group, model)           -> scheduler.candidates()
+4. reserve the cost                           -> billing.reserve()
+5. convert the request for the vendor         -> adaptor.request()
+6. relay the upstream reply                   -> _attempt_stream() / _attempt_plain()
+7. settle from real usage                     -> billing.settle()
+8. record a usage log                         -> usage_log.add()
+9. publish the balance                        -> billing (via the bus)
+
+Handlers give us a Sink to write to; we never touch Tornado objects here.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Protocol
+
+from models.records import TOKEN_DISABLED, TOKEN_EXHAUSTED, TOKEN_EXPIRED, USER_ENABLED, Token, User
+from relay import pricing, registry, tokenizer
+from relay.adaptors.base import Call, retryable
+from relay.billing import QuotaExhausted
+from relay.errors import RelayError, forbidden, unauthorized
+from relay.upstream import Cancel
+
+log = logging.getLogger("relay.service")
+
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
+               "X-Accel-Buffering": "no"}
+# A slow reader may hold this much of ours before we stop reading upstream.
+MAX_PENDING = 1024 * 1024
+
+
+class Sink(Protocol):
+    started: bool
+    closed: bool
+
+    def start(self, status: int, headers: dict) -> None: ...
+    def write(self, data: bytes) -> None: ...
+    def pending(self) -> int: ...
+    async def drain(self) -> None: ...
+
+
+@dataclass
+class Auth:
+    token: Token
+    user: User
+    group: str
+    rate: Decimal
+    client_ip: str
+
+
+@dataclass
+class Outcome:
+    status: int = 200
+    usage: pricing.Usage | None = None
+    body: dict | None = None        # non-streamed answer, OpenAI-shaped
+    raw: bytes | None = None        # non-streamed answer, upstream bytes (pass-through)
+    headers: dict | None = None
+    error: RelayError | None = None
+    channel: object = None
+    ttfb: float = 0.0
+    streamed_text: str = ""
+    started: bool = False
+
+
+class RelayService:
+    def __init__(self, settings, catalog, billing, usage_log, scheduler, upstream):
+        self.settings = settings
+        self.catalog = catalog
+        self.billing = billing
+        self.usage_log = usage_log
+        self.scheduler = scheduler
+        self.upstream = upstream
+        self.inflight = 0
+
+    # ---- 1-2: who is calling, and may they ---------------------------------
+    async def authenticate(self, key: str | None, client_ip: str, host: str = "") -> Auth:
+        if not key:
+            raise unauthorized("No API key was given. Send it as 'Authorization: Bearer sk-...'.",
+                               "missing_api_key")
+        token = await self.catalog.token_by_key(key)
+        if token is None:
+            raise unauthorized("The API key is not valid.")
+        if token.status == TOKEN_DISABLED:
+            raise unauthorized("The API key is disabled.", "api_key_disabled")
+        if token.status == TOKEN_EXPIRED or token.expired():
+            raise forbidden("The API key has expired.", "api_key_expired")
+        if token.status == TOKEN_EXHAUSTED:
+            raise forbidden("The API key's quota is exhausted.", "token_quota_exhausted")
+        user = await self.catalog.user(token.user_id)
+        if user is None or user.status != USER_ENABLED:
+            raise unauthorized("The account behind this API key is disabled.", "account_disabled")
+        group = self.catalog.groups.get(token.group)
+        if group is None or not group.enabled:
+            raise forbidden(f"The key's group '{token.group}' is disabled.", "group_disabled")
+        bound = self._address_groups(host)
+        if bound is not None and token.group not in bound:
+            raise unauthorized(f"The key's group '{token.group}' is not served on this address.",
+                               "group_not_served_here")
+        if not token.ip_allowed(client_ip):
+            raise forbidden(f"Your address {client_ip} is not on this key's allow-list.",
+                            "ip_not_allowed")
+        return Auth(token, user, token.group, group.rate, client_ip)
+
+    def _address_groups(self, host: str):
+        host = (host or "").lower()
+        for addr in self.settings.base_address_list():
+            url = str(addr.get("url", "")).lower()
+            netloc = url.split("://", 1)[-1].split("/", 1)[0]
+            if netloc and netloc == host and addr.get("groups"):
+                return set(addr["groups"])
+        return None
+
+    def check_model(self, auth: Auth, model: str) -> None:
+        if not auth.token.model_allowed(model):
+            raise forbidden(f"This key may not use the model '{model}'.", "model_not_allowed")
+
+    def models_for(self, auth: Auth) -> list[str]:
+        models = self.catalog.models_for_group(auth.group)
+        return [m for m in models if auth.token.model_allowed(m)]
+
+    def channels_for(self, auth: Auth, call: Call) -> list:
+        chans = [c for c in self.scheduler.candidates(auth.group, call.model)
+                 if (a := registry.adaptor_for(c.type)) is not None and call.endpoint in a.endpoints]
+        if chans:
+            return chans
+        if call.model != call.model.strip():
+            raise RelayError(503, f"No channel serves the model {call.model!r}: the name has "
+                                  "leading or trailing spaces; remove them.",
+                             "service_unavailable", "model_name_has_spaces")
+        raise RelayError(503, f"No available channel for model '{call.model}' in group "
+                              f"'{auth.group}'.", "service_unavailable", "model_not_available")
+
+    def price(self, auth: Auth, model: str):
+        price = self.catalog.price(model, auth.group)
+        if price is None:
+            raise RelayError(503, f"The model '{model}' has no price set; an administrator "
+                                  "must set one before it can be used.",
+                             "service_unavailable", "model_price_missing")
+        return price
+
+    # ---- 4: what to reserve -------------------------------------------------
+    def prompt_tokens(self, call: Call) -> int:
+        if "prompt_tokens" not in call.extra:
+            b = call.body
+            if call.endpoint == "chat":
+                n = tokenizer.count_messages(b.get("messages") or [], call.model, b.get("tools"))
+            elif call.endpoint == "embeddings":
+                inp = b.get("input")
+                items = inp if isinstance(inp, list) else [inp]
+                n = sum(tokenizer.count_text(i, call.model) if isinstance(i, str) else
+                        len(i) if isinstance(i, list) else 0 for i in items)
+            else:
+                n = tokenizer.count_text(str(b.get("prompt") or b.get("input") or ""), call.model)
+            call.extra["prompt_tokens"] = n
+        return call.extra["prompt_tokens"]
+
+    def estimate(self, auth: Auth, call: Call, price) -> int:
+        per_call = auth.token.billing_mode == "per_call"
+        units = int(call.extra.get("units", 1))
+        if call.endpoint == "chat":
+            b = call.body
+            out = b.get("max_completion_tokens") or b.get("max_tokens") or self.settings.default_max_tokens
+            try:
+                out = max(int(out), 1)
+            except (TypeError, ValueError):
+                out = self.settings.default_max_tokens
+        else:
+            out = 0
+        usage = pricing.Usage(self.prompt_tokens(call), out, 0, units)
+        return pricing.cost(usage, price, auth.rate, per_call)
+
+    # ---- the call -----------------------------------------------------------
+    async def relay(self, call: Call, auth: Auth, sink: Sink, face, cancel: Cancel) -> Outcome:
+        """Run one call end to end.  Returns the Outcome; for non-streamed
+        calls the handler renders it.  Raises RelayError before anything was
+        reserved; after that, errors come back in Outcome.error."""
+        self.check_model(auth, call.model)
+        channels = self.channels_for(auth, call)
+        price = self.price(auth, call.model)
+        estimate = self.estimate(auth, call, price)
+        res = await self.billing.reserve(call.request_id, auth.user.id, auth.token.id,
+                                         not auth.token.unlimited_quota, estimate)
+        t0 = time.monotonic()
+        self.inflight += 1
+        outcome = Outcome()
+        try:
+            outcome = await self._try_channels(call, channels, sink, face, cancel)
+        except Exception as exc:  # never leave a reservation open
+            log.exception("relay failed for %s", call.request_id)
+            outcome.error = exc if isinstance(exc, RelayError) else RelayError(
+                500, "Internal error.", "server_error", "internal_error")
+        finally:
+            self.inflight -= 1
+            await self._settle(call, auth, price, res, outcome, t0, cancel)
+        return outcome
+
+    async def _try_channels(self, call, channels, sink, face, cancel) -> Outcome:
+        last = Outcome(error=RelayError(503, "No channel answered.", "service_unavailable",
+                                        "model_not_available"))
+        for channel in channels[: self.settings.retries + 1]:
+            if cancel.cancelled:
+                break
+            call.upstream_model = channel.upstream_model(call.model)
+            adaptor = registry.adaptor_for(channel.type)
+            if call.stream:
+                out = await self._attempt_stream(call, channel, adaptor, sink, face, cancel)
+            else:
+                out = await self._attempt_plain(call, channel, adaptor, cancel)
+            out.channel = channel
+            if out.error is None:
+                self.scheduler.success(channel)
+                return out
+            if out.started or cancel.cancelled:
+                return out
+            if out.error.status in (502, 503, 504, 524, 429) or retryable(out.status or 0):
+                self.scheduler.failure(channel, out.error.message)
+                last = out
+                continue
+            return out
+        return last
+
+    async def _attempt_plain(self, call, channel, adaptor, cancel) -> Outcome:
+        req = adaptor.request(call, channel)
+        resp = await self.upstream.send(req.method, req.url, req.headers, req.body,
+                                        cancel=cancel, body_producer=req.body_producer)
+        out = Outcome(status=resp.status, ttfb=resp.first_byte_at)
+        if resp.error is not None:
+            out.error = resp.error
+            return out
+        if resp.status >= 400:
+            out.error = adaptor.error(resp.status, resp.body)
+            return out
+        try:
+            doc, out.usage = adaptor.parse(call, resp.body)
+        except (ValueError, KeyError, TypeError) as exc:
+            out.error = RelayError(502, f"The upstream sent an answer we could not read: {exc}",
+                                   "upstream_error", "bad_upstream")
+            return out
+        out.body = doc
+        out.headers = {"Content-Type": resp.headers.get("Content-Type", "application/json")}
+        if adaptor.native == call.face:
+            out.raw = resp.body
+        return out
+
+    async def _attempt_stream(self, call, channel, adaptor, sink, face, cancel) -> Outcome:
+        req = adaptor.request(call, channel)
+        reader = adaptor.stream(call)
+        writer = face.StreamWriter(call)
+        out = Outcome()
+        t0 = time.monotonic()
+
+        def emit(data: bytes) -> None:
+            if not data or sink.closed:
+                return
+            if not sink.started:
+                sink.start(200, dict(SSE_HEADERS))
+                out.started = True
+                out.ttfb = time.monotonic() - t0
+            sink.write(data)
+            if sink.pending() > MAX_PENDING and not cancel.paused:
+                cancel.pause()
+                _drain_then_resume(sink, cancel)
+
+        def on_chunk(data: bytes) -> None:
+            try:
+                chunks = reader.feed(data)
+            except ValueError as exc:
+                log.warning("unreadable stream from channel %s: %s", channel.id, exc)
+                cancel.cancelled = True
+                return
+            emit(b"".join(writer.write(c) for c in chunks))
+
+        resp = await self.upstream.send(req.method, req.url, req.headers, req.body,
+                                        on_chunk=on_chunk, cancel=cancel,
+                                        body_producer=req.body_producer)
+        out.status = resp.status
+        out.usage = reader.usage
+        if resp.error is None and resp.status >= 400:
+            out.error = adaptor.error(resp.status, resp.body)
+        elif resp.error is not None:
+            out.error = resp.error
+        if out.error is None:
+            emit(b"".join(writer.write(c) for c in reader.finish()))
+            out.usage = reader.usage
+            emit(writer.finish())
+        elif out.started and not sink.closed:
+            emit(writer.error(out.error.status, out.error.message))
+        out.streamed_text = reader.text
+        return out
+
+    # ---- 7-8: settle and log ------------------------------------------------
+    async def _settle(self, call, auth, price, res, out: Outcome, t0: float, cancel) -> None:
+        usage = out.usage
+        delivered = out.error is None or out.started or (cancel.cancelled and out.streamed_text)
+        if usage is None and delivered:
+            usage = pricing.Usage(self.prompt_tokens(call),
+                                  tokenizer.count_text(out.streamed_text, call.model)
+                                  if out.streamed_text else self._completion_estimate(out, call),
+                                  0, int(call.extra.get("units", 1)), estimated=True)
+        if usage is not None and call.extra.get("units") and not usage.units:
+            usage = pricing.Usage(usage.prompt_tokens, usage.completion_tokens,
+                                  usage.cached_tokens, int(call.extra["units"]), usage.estimated)
+        cost = 0
+        if delivered and usage is not None:
+            cost = pricing.cost(usage, price, auth.rate, auth.token.billing_mode == "per_call")
+        charged = await self.billing.settle(res, cost)
+        status = 200 if out.error is None else (499 if cancel.cancelled and out.error.status == 499
+                                                else out.error.status)
+        if cancel.cancelled and out.started:
+            status = 499
+        ch = out.channel
+        self.usage_log.add({
+            "_id": call.request_id, "user_id": auth.user.id, "username": auth.user.username,
+            "token_id": auth.token.id, "token_name": auth.token.name, "group": auth.group,
+            "model": call.model, "upstream_model": call.upstream_model,
+            "channel_id": getattr(ch, "id", None), "endpoint": call.endpoint, "face": call.face,
+            "prompt_tokens": usage.prompt_tokens if usage else 0,
+            "completion_tokens": usage.completion_tokens if usage else 0,
+            "cached_tokens": usage.cached_tokens if usage else 0,
+            "units": usage.units if usage else 0,
+            "quota": charged, "estimated": bool(usage and usage.estimated),
+            "duration_ms": int((time.monotonic() - t0) * 1000), "ttfb_ms": int(out.ttfb * 1000),
+            "status": status, "stream": call.stream, "client_ip": auth.client_ip,
+            "billing_mode": auth.token.billing_mode,
+            "error": out.error.message[:500] if out.error else "",
+        })
+
+    def _completion_estimate(self, out: Outcome, call: Call) -> int:
+        if out.body and call.endpoint == "chat":
+            try:
+                return tokenizer.count_text(
+                    "".join((c.get("message") or {}).get("content") or ""
+                            for c in out.body.get("choices") or ()), call.model)
+            except (AttributeError, TypeError):
+                return 0
+        return 0
+
+
+def _drain_then_resume(sink: Sink, cancel: Cancel) -> None:
+    import asyncio
+
+    async def run():
+        try:
+            await sink.drain()
+        finally:
+            cancel.resume()
+    asyncio.get_running_loop().create_task(run())
+
+
+__all__ = ["RelayService", "Auth", "Outcome", "Sink", "QuotaExhausted"]

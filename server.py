@@ -1,0 +1,162 @@
+"""The relay: one Tornado process serving the relay, /api and the console.
+
+    python server.py [--port 3000] [--data-dir ./data] [--mongo-url URL]
+
+build_app() wires the parts; main() starts the store, the background
+workers and the HTTP server, and stops them in order on SIGTERM/SIGINT.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import re
+import signal
+import sys
+import time
+
+import tornado.web
+from tornado.httpserver import HTTPServer
+
+import settings as settings_mod
+from models.secrets import Vault, load_or_create_secret
+from models.seed import seed
+from models.store import Store
+from notify.bus import Bus
+from relay.billing import Billing
+from relay.catalog import Catalog
+from relay.scheduler import Scheduler
+from relay.service import RelayService
+from relay.upstream import Upstream
+from relay.usage import UsageLog
+
+log = logging.getLogger("relay")
+
+# Each module ends with its own `default_handlers`; order matters where
+# patterns overlap (vendor-native paths before the generic ones).
+HANDLER_MODULES = [
+    "handlers.api_user",
+    "handlers.api_token",
+    "handlers.api_admin",
+    "handlers.api_log",
+    "handlers.relay_openai",
+]
+OPTIONAL_MODULES = [
+    "handlers.relay_vendors", "handlers.relay_media", "handlers.relay_mj", "handlers.console",
+    "handlers.api_notify",
+]
+
+
+class RelayApplication(tornado.web.Application):
+    def find_handler(self, request, **kwargs):
+        # Clients given a base URL with a trailing slash post to "//v1/...".
+        if "//" in request.path:
+            request.path = re.sub(r"/{2,}", "/", request.path)
+        return super().find_handler(request, **kwargs)
+
+
+def _handlers() -> list:
+    routes = []
+    for name in HANDLER_MODULES:
+        routes += importlib.import_module(name).default_handlers
+    for name in OPTIONAL_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        routes += mod.default_handlers
+    return routes
+
+
+def build_app(config, store: Store, bus: Bus) -> RelayApplication:
+    """Wire every collaborator into the Application's settings."""
+    secret = config.secret or load_or_create_secret(config.data_dir)
+    vault = Vault(secret)
+    catalog = Catalog(store, vault, ttl=config.cache_ttl, poll=config.invalidation_poll)
+    usage_log = UsageLog(store, bus)
+    billing = Billing(store, bus, process_id=catalog.process_id, lease_chunk=config.lease_chunk,
+                      flush_interval=config.usage_flush_interval)
+    billing.before_flush.append(usage_log.flush)
+    scheduler = Scheduler(catalog, store)
+    upstream = Upstream(connect_timeout=config.connect_timeout,
+                        first_byte_timeout=config.first_byte_timeout,
+                        idle_timeout=config.stream_idle_timeout,
+                        max_clients=config.max_upstream_clients)
+    service = RelayService(config, catalog, billing, usage_log, scheduler, upstream)
+    from handlers.fallback import NotFoundHandler
+    app = RelayApplication(
+        _handlers(), default_handler_class=NotFoundHandler,
+        cookie_secret=vault.cookie_secret, xsrf_cookies=False,
+        config=config, store=store, bus=bus, vault=vault, catalog=catalog, billing=billing,
+        usage_log=usage_log, scheduler=scheduler, upstream=upstream, service=service,
+        started_at=time.time(), workers=[])
+    return app
+
+
+async def start_workers(app: RelayApplication) -> None:
+    s = app.settings
+    await s["catalog"].load()
+    s["catalog"].start_polling()
+    await s["billing"].heartbeat()
+    await s["billing"].reclaim_stale()
+    s["billing"].start()
+    for starter in s.get("on_start", []):
+        await starter(app)
+
+
+async def stop_workers(app: RelayApplication, grace: float) -> None:
+    s = app.settings
+    deadline = time.monotonic() + grace
+    while s["service"].inflight and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if s["service"].inflight:
+        log.warning("%d call(s) still running after %.0fs; cancelling", s["service"].inflight, grace)
+    for stopper in s.get("on_stop", []):
+        await stopper(app)
+    await s["catalog"].stop_polling()
+    await s["billing"].stop()
+    s["upstream"].close()
+
+
+async def serve(config) -> None:
+    logging.basicConfig(level=config.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    store = Store(config.mongo_url, config.data_dir, config.db_name)
+    await store.start()
+    generated = await seed(store, config.admin_password)
+    if generated:
+        # Printed once, to the console only, never to the log.
+        print(f"\n  First start: administrator 'root' created with password: {generated}\n"
+              "  It will not be shown again; change it after signing in.\n", flush=True)
+    bus = Bus()
+    app = build_app(config, store, bus)
+    await start_workers(app)
+    server = HTTPServer(app, xheaders=False, max_body_size=8 * 1024 * 1024,
+                        idle_connection_timeout=300)
+    server.listen(config.port, config.host)
+    log.info("relay listening on %s:%s (database: %s)", config.host, config.port,
+             "embedded" if not config.mongo_url else "external")
+    print(f"relay listening on http://{config.host}:{config.port}", flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: no new connections; draining calls")
+    server.stop()
+    await stop_workers(app, config.shutdown_grace)
+    await server.close_all_connections()
+    await store.close()
+    log.info("stopped")
+
+
+def main(argv=None) -> None:
+    config = settings_mod.load(sys.argv[1:] if argv is None else argv)
+    asyncio.run(serve(config))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Session-wide real servers: one embedded MongoDB-compatible server, and
+per-module relays (each with its own database name) on 127.0.0.1."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from models.embedded import EmbeddedMongo  # noqa: E402
+from tests.helpers import Api, RelayProcess  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: end-to-end tests that take a while (CI runs them)")
+    config.addinivalue_line("markers", "browser: drives headless Chromium")
+
+
+@pytest.fixture(scope="session")
+def mongo_url(tmp_path_factory):
+    db = EmbeddedMongo(str(tmp_path_factory.mktemp("mongo")))
+    url = db.start()
+    yield url
+    db.stop()
+
+
+@pytest.fixture(scope="module")
+def relay(mongo_url, tmp_path_factory):
+    """A relay process with a fresh database, shared by one test module."""
+    proc = RelayProcess(mongo_url, str(tmp_path_factory.mktemp("relay"))).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def fresh_relay(mongo_url, tmp_path):
+    """A relay process of one's own, for tests that stop or kill it."""
+    procs = []
+
+    def make(**kw) -> RelayProcess:
+        p = RelayProcess(mongo_url, str(tmp_path / f"relay{len(procs)}"), **kw).start()
+        procs.append(p)
+        return p
+    yield make
+    for p in procs:
+        p.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(relay) -> Api:
+    return Api.login(relay.url)

@@ -1,0 +1,263 @@
+"""A faithful fake of an OpenAI-format upstream, on a real socket.
+
+Failure modes are named and chosen by path prefix, so one fake serves
+channels that behave differently: a channel whose base_url is
+`{fake.url}/mode/429` always rate-limits.  Modes:
+
+    ok       answer normally (also the bare `{fake.url}`)
+    slow     wait `slow_delay` seconds before every chunk
+    429      HTTP 429 rate limit
+    500      HTTP 500
+    reset    start a stream, send two chunks, then reset the connection
+    hang     accept and never answer
+    flaky    fail with 500 every other request
+
+The request body may steer the answer (the relay passes unknown fields on):
+    fake_usage   {"prompt_tokens", "completion_tokens", "cached_tokens"}
+    fake_chunks  how many content chunks to stream (default 3)
+    fake_delay   seconds between chunks (default 0)
+    fake_text    the reply text (default "Hello from the fake upstream.")
+Models named o1, o1-mini, o1-preview reject a system message with 400, as
+OpenAI does; a message containing CONTEXT_TOO_LONG gets the 400
+context_length_exceeded error.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+import struct
+import threading
+import time
+
+import tornado.web
+from tornado.httpserver import HTTPServer
+from tornado.ioloop import IOLoop
+
+DEFAULT_TEXT = "Hello from the fake upstream."
+
+
+def _err(handler, status, message, type_="invalid_request_error", code=None):
+    handler.set_status(status)
+    handler.finish({"error": {"message": message, "type": type_, "param": None, "code": code}})
+
+
+class _Base(tornado.web.RequestHandler):
+    def initialize(self, fake):
+        self.fake = fake
+
+    def check_xsrf_cookie(self):
+        pass
+
+    async def prepare(self):
+        mode = self.path_kwargs.get("mode") or "ok"
+        self.mode = mode
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            body = {"_raw": self.request.body[:200].decode(errors="replace")}
+        self.fake.record(self.request, body, mode)
+        self.body = body
+        if mode == "hang":
+            await asyncio.Event().wait()
+        if mode == "429":
+            return _err(self, 429, "Rate limit reached for requests", "requests", "rate_limit_exceeded")
+        if mode == "500":
+            return _err(self, 500, "The server had an error while processing your request.",
+                        "server_error")
+        if mode == "flaky":
+            self.fake.flaky_count += 1
+            if self.fake.flaky_count % 2 == 1:
+                return _err(self, 500, "flaky failure", "server_error")
+        if self.request.headers.get("Authorization", "") == "Bearer bad-key":
+            return _err(self, 401, "Incorrect API key provided.", "invalid_request_error",
+                        "invalid_api_key")
+
+
+class ChatHandler(_Base):
+    async def post(self, mode=None):
+        b = self.body
+        model = b.get("model", "")
+        msgs = b.get("messages") or []
+        if model in ("o1", "o1-mini", "o1-preview") and any(
+                isinstance(m, dict) and m.get("role") == "system" for m in msgs):
+            return _err(self, 400, "Unsupported value: 'messages[0].role' does not support "
+                                   "'system' with this model.", "invalid_request_error",
+                        "unsupported_value")
+        if "CONTEXT_TOO_LONG" in json.dumps(msgs):
+            return _err(self, 400, "This model's maximum context length is 8192 tokens. However, "
+                                   "your messages resulted in 9000 tokens.",
+                        "invalid_request_error", "context_length_exceeded")
+        text = b.get("fake_text", DEFAULT_TEXT)
+        nchunks = max(1, int(b.get("fake_chunks", 3)))
+        usage = dict(prompt_tokens=10, completion_tokens=nchunks, cached_tokens=0)
+        usage.update(b.get("fake_usage") or {})
+        usage_doc = {"prompt_tokens": usage["prompt_tokens"],
+                     "completion_tokens": usage["completion_tokens"],
+                     "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
+                     "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]}}
+        cid = f"chatcmpl-fake{int(time.time() * 1000)}"
+        tool_call = None
+        if b.get("tools") and b.get("tool_choice") != "none":
+            fn = b["tools"][0].get("function", {})
+            tool_call = {"id": "call_fake1", "type": "function",
+                         "function": {"name": fn.get("name", "f"), "arguments": '{"city": "Paris"}'}}
+        if not b.get("stream"):
+            message = {"role": "assistant", "content": None if tool_call else text}
+            if tool_call:
+                message["tool_calls"] = [tool_call]
+            return self.finish({
+                "id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
+                "choices": [{"index": 0, "message": message,
+                             "finish_reason": "tool_calls" if tool_call else "stop"}],
+                "usage": usage_doc})
+        self.set_header("Content-Type", "text/event-stream")
+        delay = float(b.get("fake_delay", 0)) + (self.fake.slow_delay if self.mode == "slow" else 0)
+        pieces = _split(text, nchunks)
+
+        def chunk(delta, finish=None):
+            return {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()),
+                    "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        events = [chunk({"role": "assistant", "content": ""})]
+        if tool_call:
+            events.append(chunk({"tool_calls": [{"index": 0, "id": tool_call["id"], "type": "function",
+                                                 "function": {"name": tool_call["function"]["name"],
+                                                              "arguments": ""}}]}))
+            events.append(chunk({"tool_calls": [{"index": 0, "function": {
+                "arguments": tool_call["function"]["arguments"]}}]}))
+            events.append(chunk({}, "tool_calls"))
+        else:
+            events += [chunk({"content": p}) for p in pieces]
+            events.append(chunk({}, "stop"))
+        for i, ev in enumerate(events):
+            if delay:
+                await asyncio.sleep(delay)
+            if self.mode == "reset" and i == 3:
+                self.request.connection.stream.socket.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.request.connection.stream.close()
+                return
+            self.write(f"data: {json.dumps(ev)}\n\n")
+            await self.flush()
+        if (b.get("stream_options") or {}).get("include_usage"):
+            self.write(f"data: {json.dumps({'id': cid, 'object': 'chat.completion.chunk', 'created': int(time.time()), 'model': model, 'choices': [], 'usage': usage_doc})}\n\n")
+        self.write("data: [DONE]\n\n")
+        self.finish()
+
+
+def _split(text: str, n: int) -> list[str]:
+    if n <= 1:
+        return [text]
+    size = max(1, -(-len(text) // n))
+    parts = [text[i:i + size] for i in range(0, len(text), size)]
+    while len(parts) < n:
+        parts.append("")
+    return parts[:n - 1] + ["".join(parts[n - 1:])]
+
+
+class EmbeddingsHandler(_Base):
+    def post(self, mode=None):
+        b = self.body
+        inp = b.get("input")
+        items = inp if isinstance(inp, list) and inp and not isinstance(inp[0], int) else [inp]
+        data = []
+        for i, _ in enumerate(items):
+            vec = [round(0.1 * (i + 1) + 0.01 * j, 4) for j in range(8)]
+            if b.get("encoding_format") == "base64":
+                emb = base64.b64encode(struct.pack("<8f", *vec)).decode()
+            else:
+                emb = vec
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        usage = {"prompt_tokens": 5 * len(items), "total_tokens": 5 * len(items)}
+        usage.update(b.get("fake_usage") or {})
+        self.finish({"object": "list", "data": data, "model": b.get("model"), "usage": usage})
+
+
+class ModelsHandler(_Base):
+    def get(self, mode=None):
+        self.finish({"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
+
+
+class FakeOpenAI:
+    """Runs in a thread with its own IOLoop; `url` is its base address."""
+
+    def __init__(self, slow_delay: float = 0.5):
+        self.slow_delay = slow_delay
+        self.requests: list[dict] = []
+        self.flaky_count = 0
+        self.port = 0
+        self._loop = None
+        self._thread = None
+        self._server = None
+        self.extra_handlers: list = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def mode_url(self, mode: str) -> str:
+        return f"{self.url}/mode/{mode}"
+
+    def record(self, request, body, mode):
+        self.requests.append({"method": request.method, "path": request.path, "mode": mode,
+                              "headers": dict(request.headers), "body": body})
+
+    def routes(self):
+        kw = {"fake": self}
+        p = r"(?:/mode/(?P<mode>[a-z0-9]+))?(?:/v1)?"
+        return [(p + r"/chat/completions", ChatHandler, kw),
+                (p + r"/embeddings", EmbeddingsHandler, kw),
+                (p + r"/models", ModelsHandler, kw)] + [
+                    (p + pat, h, kw) for pat, h in self.extra_handlers]
+
+    def start(self) -> "FakeOpenAI":
+        ready = threading.Event()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(512)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+
+        def run():
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            self._loop = IOLoop.current()
+            self._server = HTTPServer(tornado.web.Application(self.routes()))
+            self._server.add_sockets([sock])
+            ready.set()
+            self._loop.start()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+
+        def shutdown():
+            self._server.stop()
+            self._loop.stop()
+        self._loop.add_callback(shutdown)
+        self._thread.join(5)
+        self._loop = None
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    fake = FakeOpenAI()
+    app = tornado.web.Application(fake.routes())
+    server = HTTPServer(app)
+    server.listen(args.port, "127.0.0.1")
+    print(f"fake upstream on 127.0.0.1:{args.port}", flush=True)
+    IOLoop.current().start()
+
+
+if __name__ == "__main__":
+    main()
