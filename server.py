@@ -41,6 +41,8 @@ HANDLER_MODULES = [
     "handlers.api_log",
     "handlers.relay_openai",
 ]
+# Modules with install(app): background workers that hook into start/stop.
+INSTALLERS = ["notify.service"]
 OPTIONAL_MODULES = [
     "handlers.relay_vendors", "handlers.relay_media", "handlers.relay_mj", "handlers.console",
     "handlers.api_notify",
@@ -91,7 +93,15 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
         cookie_secret=vault.cookie_secret, xsrf_cookies=False,
         config=config, store=store, bus=bus, vault=vault, catalog=catalog, billing=billing,
         usage_log=usage_log, scheduler=scheduler, upstream=upstream, service=service,
-        started_at=time.time(), workers=[])
+        started_at=time.time(), on_start=[], on_stop=[])
+    for name in INSTALLERS:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        mod.install(app)
     return app
 
 
@@ -123,6 +133,10 @@ async def stop_workers(app: RelayApplication, grace: float) -> None:
 async def serve(config) -> None:
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.log_level.lower() != "debug":
+        # One line per request costs more than the relay itself at load;
+        # failures are still logged (4xx/5xx are warnings and errors).
+        logging.getLogger("tornado.access").setLevel(logging.WARNING)
     store = Store(config.mongo_url, config.data_dir, config.db_name)
     await store.start()
     generated = await seed(store, config.admin_password)
