@@ -244,8 +244,8 @@ class RelayService:
             return out
         out.body = doc
         out.headers = {"Content-Type": resp.headers.get("Content-Type", "application/json")}
-        if adaptor.native == call.face:
-            out.raw = resp.body
+        if adaptor.native == call.face and call.upstream_model == call.model:
+            out.raw = resp.body  # pass-through; a mapped model is renamed on render
         return out
 
     async def _attempt_stream(self, call, channel, adaptor, sink, face, cancel) -> Outcome:

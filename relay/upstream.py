@@ -113,9 +113,13 @@ class Upstream:
         watch = _Watch(first_byte_timeout or self.first_byte_timeout, self.idle_timeout,
                        cancel or Cancel())
         resp_headers = HTTPHeaders()
-        state = {"status": 0, "started": False, "err_body": bytearray(), "body": []}
+        state = {"status": 0, "started": False, "final": False, "err_body": bytearray(), "body": []}
 
-        def header_cb(line: str) -> None:
+        def header_line(raw: bytes) -> None:
+            # Runs inside libcurl (synchronously, before any body chunk is
+            # delivered), unlike Tornado's header_callback, which is queued
+            # and may arrive after the body.  So it only records.
+            line = raw.decode("latin1").rstrip("\r\n")
             if line.startswith("HTTP/"):
                 resp_headers.clear()
                 parts = line.split(" ", 2)
@@ -123,21 +127,23 @@ class Upstream:
                     state["status"] = int(parts[1])
                 except (IndexError, ValueError):
                     state["status"] = 502
-                return
-            if line.strip():
+            elif line.strip():
                 try:
                     resp_headers.parse_line(line)
                 except Exception:
                     pass
-                return
-            # blank line: headers of a final (not 1xx) response are complete
-            if state["status"] >= 200 and not state["started"]:
+            elif state["status"] >= 200:
+                state["final"] = True
+
+        def begin() -> None:
+            if not state["started"] and state["final"]:
                 state["started"] = True
                 watch.last_data = time.monotonic()
                 if on_start is not None and state["status"] < 400:
                     on_start(state["status"], resp_headers)
 
         def chunk_cb(chunk: bytes) -> None:
+            begin()
             watch.last_data = time.monotonic()
             if state["status"] >= 400:
                 if len(state["err_body"]) < 1024 * 1024:  # error bodies are small
@@ -164,15 +170,21 @@ class Upstream:
         def prepare(curl) -> None:
             watch.cancel._curl = curl
             watch.cancel._client = self.client
+            curl.setopt(pycurl.HEADERFUNCTION, header_line)
             curl.setopt(pycurl.NOPROGRESS, 0)
             curl.setopt(pycurl.XFERINFOFUNCTION, progress)
+            # The low-speed check makes libcurl wake this transfer every
+            # second even when the socket is silent; without it the progress
+            # callback (our deadlines and cancellation) may never run.
+            curl.setopt(pycurl.LOW_SPEED_LIMIT, 1)
+            curl.setopt(pycurl.LOW_SPEED_TIME, max(1, int(watch.idle_timeout)))
 
         req = HTTPRequest(url, method=method, headers=headers,
                           body=body if body_producer is None else None,
                           body_producer=body_producer,
                           allow_nonstandard_methods=True,
                           connect_timeout=self.connect_timeout,
-                          request_timeout=24 * 3600, header_callback=header_cb,
+                          request_timeout=24 * 3600,
                           streaming_callback=chunk_cb, prepare_curl_callback=prepare,
                           decompress_response=True, follow_redirects=False)
         t0 = time.monotonic()
@@ -186,6 +198,7 @@ class Upstream:
             return Response(state["status"], resp_headers, bytes(state["err_body"]),
                             streamed=state["started"], error=self._map_exc(exc, watch, state),
                             broken=state["started"])
+        begin()
         status = state["status"]
         if watch.reason:
             return Response(status, resp_headers, b"", streamed=state["started"],

@@ -11,7 +11,9 @@ import json
 import re
 
 from relay import sse
-from relay.adaptors.base import Adaptor, Call, Chunk, StreamReader, UpstreamRequest, join_url
+from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest, generic_error,
+                                 join_url)
+from relay.errors import RelayError
 from relay.pricing import Usage
 
 _PATHS = {"chat": "/chat/completions", "embeddings": "/embeddings",
@@ -130,3 +132,13 @@ class OpenAIAdaptor(Adaptor):
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
         doc = json.loads(body)
         return doc, usage_from(doc.get("usage")) if isinstance(doc, dict) else None
+
+    def error(self, status: int, body: bytes) -> RelayError:
+        err = generic_error(status, body)
+        low = err.message.lower()
+        if err.status == 400 and "system" in low and "role" in low:
+            err.message += (" This model does not accept the system role: send the instructions "
+                            "as a user message, or ask an administrator to set the channel "
+                            "option system_role to 'developer' or 'user'.")
+            err.code = "system_role_unsupported"
+        return err

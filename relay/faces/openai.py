@@ -72,15 +72,14 @@ class StreamWriter:
             if chunk.raw == sse.DONE:
                 self.done = True
             return chunk.raw or b""
+        raw = chunk.raw
         if not self.call.client_wants_usage and doc.get("usage"):
             if not doc.get("choices"):
                 return b""  # the usage chunk we asked for on our own account
-            if chunk.raw is not None:
-                doc = dict(doc)
-                doc.pop("usage", None)
-                return sse.encode(doc)
-        if chunk.raw is not None:
-            return chunk.raw
+            doc = {k: v for k, v in doc.items() if k != "usage"}
+            raw = None
+        if raw is not None and self.call.upstream_model == self.call.model:
+            return raw
         doc = dict(doc)
         doc["model"] = self.call.model
         return sse.encode(doc)
