@@ -159,3 +159,15 @@ class Api:
         body = {"name": name, "remain_quota": remain_quota, "unlimited_quota": unlimited_quota}
         body.update(extra)
         return self.post("/api/token/", body)["data"]
+
+
+def eventually(fn, timeout: float = 5.0, interval: float = 0.1):
+    """Retry fn until it stops raising AssertionError (usage is written in batches)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(interval)
