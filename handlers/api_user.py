@@ -13,7 +13,10 @@ from models.records import ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER
 from models.store import DuplicateKeyError, now
 from relay.billing import USER
 
+# Failed sign-ins allowed per 10 minutes: per (address, name), and per
+# address over all names (guessing many accounts from one place).
 MAX_FAILURES = 5
+MAX_FAILURES_PER_IP = 30
 _failures: TTLCache = TTLCache(maxsize=100_000, ttl=600)
 
 _USERNAME = re.compile(r"^[A-Za-z0-9_.\-@]{2,64}$")
@@ -72,8 +75,9 @@ class LoginHandler(ApiHandler):
         password = str(body.get("password") or "")
         if not name or not password:
             raise ApiError(400, "Enter a user name (or e-mail address) and a password.")
-        keys = (("ip", self.client_ip()), ("name", name.lower()))
-        if any(_failures.get(k, 0) >= MAX_FAILURES for k in keys):
+        keys = (("pair", self.client_ip(), name.lower()), ("ip", self.client_ip()))
+        if (_failures.get(keys[0], 0) >= MAX_FAILURES
+                or _failures.get(keys[1], 0) >= MAX_FAILURES_PER_IP):
             raise ApiError(429, "Too many failed sign-in attempts; wait 10 minutes and try again.")
         db = self.store.db
         doc = await db.users.find_one({"username": name})
@@ -85,8 +89,7 @@ class LoginHandler(ApiHandler):
             raise ApiError(401, "Wrong user name or password.")
         if doc.get("status", USER_ENABLED) != USER_ENABLED:
             raise ApiError(403, "This account is disabled.")
-        for k in keys:
-            _failures.pop(k, None)
+        _failures.pop(keys[0], None)
         if needs_update(doc["password_hash"]):
             await db.users.update_one({"_id": doc["_id"]},
                                       {"$set": {"password_hash": hash_password(password)}})
