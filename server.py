@@ -77,7 +77,7 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
     secret = config.secret or load_or_create_secret(config.data_dir)
     vault = Vault(secret)
     catalog = Catalog(store, vault, ttl=config.cache_ttl, poll=config.invalidation_poll)
-    usage_log = UsageLog(store, bus)
+    usage_log = UsageLog(store, bus, retention_days=config.usage_retention_days)
     billing = Billing(store, bus, process_id=catalog.process_id, lease_chunk=config.lease_chunk,
                       flush_interval=config.usage_flush_interval)
     billing.before_flush.append(usage_log.flush)

@@ -105,6 +105,7 @@ class RelayService:
         if not token.ip_allowed(client_ip):
             raise forbidden(f"Your address {client_ip} is not on this key's allow-list.",
                             "ip_not_allowed")
+        self.usage_log.touch(token.id)
         return Auth(token, user, token.group, group.rate, client_ip)
 
     def _address_groups(self, host: str):

@@ -14,11 +14,18 @@ log = logging.getLogger("relay.usage")
 
 
 class UsageLog:
-    def __init__(self, store, bus=None, batch: int = 1000):
+    def __init__(self, store, bus=None, batch: int = 1000, retention_days: int = 0):
         self.store = store
         self.bus = bus
         self.batch = batch
+        self.retention_days = retention_days
         self._buf: list[dict[str, Any]] = []
+        self._accessed: dict[int, int] = {}
+        self._pruned_at = 0.0
+
+    def touch(self, token_id: int) -> None:
+        """Note a key's use; its accessed_time is written with the next flush."""
+        self._accessed[token_id] = int(time.time())
 
     def add(self, record: dict[str, Any]) -> None:
         record.setdefault("created_at", time.time())
@@ -31,6 +38,25 @@ class UsageLog:
         return len(self._buf)
 
     async def flush(self) -> None:
+        await self._flush_records()
+        if self._accessed:
+            accessed, self._accessed = self._accessed, {}
+            for tid, ts in accessed.items():
+                await self.store.db.tokens.update_one({"_id": tid},
+                                                      {"$max": {"accessed_time": ts}})
+        if self.retention_days and time.time() - self._pruned_at > 3600:
+            self._pruned_at = time.time()
+            await self.prune(self.retention_days)
+
+    async def prune(self, days: int) -> int:
+        """Delete usage records older than `days` (the log must not grow forever)."""
+        cutoff = time.time() - days * 86400
+        r = await self.store.db.usage.delete_many({"created_at": {"$lt": cutoff}})
+        if r.deleted_count:
+            log.info("pruned %d usage records older than %d days", r.deleted_count, days)
+        return r.deleted_count
+
+    async def _flush_records(self) -> None:
         while self._buf:
             chunk = self._buf[:self.batch]
             try:

@@ -157,3 +157,16 @@ def test_changes_reach_another_relay_process(w, tmp_path):
         assert r.status_code == 401
     finally:
         other.stop()
+
+
+def test_accessed_time_is_recorded(w):
+    t = w["api"].create_token(name="accessed", remain_quota=1_000_000)
+    assert t["accessed_time"] == 0
+    before = int(time.time())
+    assert chat(w, t["key"]).status_code == 200
+    for _ in range(30):
+        got = w["api"].get(f"/api/token/{t['id']}")["data"]["accessed_time"]
+        if got:
+            break
+        time.sleep(0.1)
+    assert got >= before

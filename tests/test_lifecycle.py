@@ -184,3 +184,21 @@ def test_first_start_prints_generated_password_once(mongo_url, tmp_path):
         p.send_signal(signal.SIGTERM)
         p.wait(20)
     assert open(tmp_path / "out.log").read().count(password) == 1
+
+
+def test_usage_retention_prunes_old_records(mongo_url, tmp_path):
+    from pymongo import MongoClient
+    relay = RelayProcess(mongo_url, str(tmp_path), args=["--usage-retention-days", "7"])
+    db = MongoClient(mongo_url)[relay.db_name]
+    now = time.time()
+    db.usage.insert_many([{"_id": "old", "user_id": 1, "quota": 1, "created_at": now - 8 * 86400},
+                          {"_id": "new", "user_id": 1, "quota": 1, "created_at": now - 6 * 86400}])
+    relay.start()
+    try:
+        eventually(lambda: _assert_ids(db, {"new"}))
+    finally:
+        relay.stop()
+
+
+def _assert_ids(db, ids):
+    assert {d["_id"] for d in db.usage.find({})} == ids

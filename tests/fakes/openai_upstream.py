@@ -34,6 +34,7 @@ import time
 import tornado.web
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
+from tornado.iostream import StreamClosedError
 
 DEFAULT_TEXT = "Hello from the fake upstream."
 
@@ -57,7 +58,7 @@ class _Base(tornado.web.RequestHandler):
             body = json.loads(self.request.body or b"{}")
         except ValueError:
             body = {"_raw": self.request.body[:200].decode(errors="replace")}
-        self.fake.record(self.request, body, mode)
+        self.rec = self.fake.record(self.request, body, mode)
         self.body = body
         if mode == "hang":
             await asyncio.Event().wait()
@@ -140,7 +141,12 @@ class ChatHandler(_Base):
                 self.request.connection.stream.close()
                 return
             self.write(f"data: {json.dumps(ev)}\n\n")
-            await self.flush()
+            try:
+                await self.flush()
+            except StreamClosedError:  # the relay cancelled us
+                self.rec["aborted"] = True
+                self.rec["sent_events"] = i
+                return
         if (b.get("stream_options") or {}).get("include_usage"):
             self.write(f"data: {json.dumps({'id': cid, 'object': 'chat.completion.chunk', 'created': int(time.time()), 'model': model, 'choices': [], 'usage': usage_doc})}\n\n")
         self.write("data: [DONE]\n\n")
@@ -201,8 +207,10 @@ class FakeOpenAI:
         return f"{self.url}/mode/{mode}"
 
     def record(self, request, body, mode):
-        self.requests.append({"method": request.method, "path": request.path, "mode": mode,
-                              "headers": dict(request.headers), "body": body})
+        rec = {"method": request.method, "path": request.path, "mode": mode,
+               "headers": dict(request.headers), "body": body, "aborted": False}
+        self.requests.append(rec)
+        return rec
 
     def routes(self):
         kw = {"fake": self}
