@@ -35,15 +35,27 @@ class Scheduler:
         self.max_rest = max_rest
         self.rng = rng or random.Random()
         self.health: dict[int, Health] = {}
+        self._serving: dict[tuple[str, str], list] = {}
+        self._version = -1
 
     def serving(self, group: str, model: str) -> list:
-        return [c for c in self.catalog.channels
-                if c.enabled and group in c.groups and model in c.models]
+        """Enabled channels for (group, model), cached until the catalog changes."""
+        if self._version != self.catalog.version:
+            self._serving.clear()
+            self._version = self.catalog.version
+        key = (group, model)
+        chans = self._serving.get(key)
+        if chans is None:
+            chans = self._serving[key] = [c for c in self.catalog.channels
+                                          if c.enabled and group in c.groups and model in c.models]
+        return chans
 
     def candidates(self, group: str, model: str) -> list:
         """Channels to try, in order.  Resting channels go last, not away:
         when every channel rests, trying one beats refusing the call."""
         chans = self.serving(group, model)
+        if len(chans) <= 1:
+            return list(chans)
         now = time.monotonic()
         awake = [c for c in chans if self._health(c.id).resting_until <= now]
         resting = [c for c in chans if c not in awake]

@@ -77,6 +77,7 @@ class RelayService:
         self.scheduler = scheduler
         self.upstream = upstream
         self.inflight = 0
+        self._bound: dict | None = None
 
     # ---- 1-2: who is calling, and may they ---------------------------------
     async def authenticate(self, key: str | None, client_ip: str, host: str = "") -> Auth:
@@ -109,13 +110,15 @@ class RelayService:
         return Auth(token, user, token.group, group.rate, client_ip)
 
     def _address_groups(self, host: str):
-        host = (host or "").lower()
-        for addr in self.settings.base_address_list():
-            url = str(addr.get("url", "")).lower()
-            netloc = url.split("://", 1)[-1].split("/", 1)[0]
-            if netloc and netloc == host and addr.get("groups"):
-                return set(addr["groups"])
-        return None
+        """The groups a base address (by Host header) is bound to, or None."""
+        if self._bound is None:
+            self._bound = {}
+            for addr in self.settings.base_address_list():
+                url = str(addr.get("url", "")).lower()
+                netloc = url.split("://", 1)[-1].split("/", 1)[0]
+                if netloc and addr.get("groups"):
+                    self._bound[netloc] = frozenset(addr["groups"])
+        return self._bound.get((host or "").lower()) if self._bound else None
 
     def check_model(self, auth: Auth, model: str) -> None:
         if not auth.token.model_allowed(model):
