@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from models.records import Channel, Group, Price, Token, User
 
@@ -37,6 +37,7 @@ class Catalog:
         self.channels: list[Channel] = []
         self._tokens: TTLCache = TTLCache(maxsize=100_000, ttl=ttl)
         self._token_hash_by_id: dict[int, str] = {}
+        self._hash_of: LRUCache = LRUCache(maxsize=100_000)
         self._users: TTLCache = TTLCache(maxsize=100_000, ttl=ttl)
         self._poller: asyncio.Task | None = None
         self._last_seen = 0.0
@@ -80,7 +81,10 @@ class Catalog:
 
     # ---- lookups (hot path) ------------------------------------------------
     async def token_by_key(self, key: str) -> Token | None:
-        h = self.vault.lookup_hash(key)
+        # The keyed hash costs an HMAC per request; remember it per key.
+        h = self._hash_of.get(key)
+        if h is None:
+            h = self._hash_of[key] = self.vault.lookup_hash(key)
         hit = self._tokens.get(h, _MISSING)
         if hit is not _MISSING:
             return hit

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.helpers import Api
+from tests.helpers import Api, eventually
 
 MODEL = "gpt-4o-mini"
 
@@ -197,3 +197,18 @@ def test_legacy_billing_endpoints(world):
     tok = world["api"].get(f"/api/token/{world['token']['id']}")["data"]
     assert sub["hard_limit_usd"] == pytest.approx((tok["remain_quota"] + tok["used_quota"]) / 500_000)
     assert use["total_usage"] == pytest.approx(tok["used_quota"] / 500_000 * 100)
+
+
+def test_channel_can_opt_out_of_stream_usage(relay, admin, fake, world):
+    admin.create_channel(fake.url, ["no-stream-opts"], options={"stream_usage": False})
+    admin.set_price("no-stream-opts", input_price=1, output_price=1)
+    chunks = list(client(world).chat.completions.create(
+        model="no-stream-opts", messages=[{"role": "user", "content": "hi"}], stream=True))
+    assert "stream_options" not in fake.requests[-1]["body"]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    # billed all the same, from a count of what was sent and streamed
+    def billed():
+        items = world["api"].get("/api/log/self?model=no-stream-opts")["data"]["items"]
+        assert items and items[0]["estimated"] is True and items[0]["quota"] > 0
+        assert items[0]["completion_tokens"] > 0 and items[0]["prompt_tokens"] > 0
+    eventually(billed)

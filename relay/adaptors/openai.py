@@ -53,7 +53,9 @@ def delta_text(chunk: dict) -> str:
 def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict) -> dict:
     body = dict(body)
     body["model"] = upstream_model
-    if body.get("stream"):
+    # Ask for streaming usage even when the client did not (we bill from it),
+    # unless the channel says its upstream rejects stream_options.
+    if body.get("stream") and channel_options.get("stream_usage", True):
         opts = dict(body.get("stream_options") or {})
         opts["include_usage"] = True
         body["stream_options"] = opts
