@@ -254,12 +254,16 @@ class RelayService:
         writer = face.StreamWriter(call)
         out = Outcome()
         t0 = time.monotonic()
+        upstream_headers = {}
 
         def emit(data: bytes) -> None:
             if not data or sink.closed:
                 return
             if not sink.started:
-                sink.start(200, dict(SSE_HEADERS))
+                # A face whose stream is not SSE (speech audio) names its own
+                # headers from the upstream's.
+                sink.start(200, writer.headers(upstream_headers.get("h"))
+                           if hasattr(writer, "headers") else dict(SSE_HEADERS))
                 out.started = True
                 out.ttfb = time.monotonic() - t0
             sink.write(data)
@@ -278,6 +282,7 @@ class RelayService:
 
         resp = await self.upstream.send(req.method, req.url, req.headers, req.body,
                                         on_chunk=on_chunk, cancel=cancel,
+                                        on_start=lambda _s, h: upstream_headers.update(h=h),
                                         body_producer=req.body_producer)
         out.status = resp.status
         out.usage = reader.usage
