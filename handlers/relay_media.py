@@ -122,8 +122,9 @@ class TranscriptionHandler(RelayHandler):
         if self.task is not None:
             try:
                 out = await self.task
-            except RelayError:
+            except RelayError as err:
                 out = None
+                self.failed = self.failed or err
             if self.failed is None and out is not None:
                 if out.error is not None:
                     return self.send_error_body(out.error)

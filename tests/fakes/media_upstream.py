@@ -28,6 +28,9 @@ import struct
 import time
 import wave
 
+import tornado.httputil
+import tornado.web
+
 from tests.fakes.openai_upstream import FakeOpenAI, _Base, _err
 
 AUDIO_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
@@ -70,17 +73,37 @@ class ImagesHandler(_Base):
         self.finish(doc)
 
 
-class TranscriptionHandler(_Base):
+@tornado.web.stream_request_body
+class TranscriptionHandler(tornado.web.RequestHandler):
+    """Reads the body as it arrives, so a test can see an upload flowing
+    through the relay before its client has finished sending it."""
+
+    def initialize(self, fake):
+        self.fake = fake
+        self.chunks = []
+
+    def prepare(self):
+        self.fake.receiving = 0
+        self.fake.requests.append({"method": "POST", "path": self.request.path,
+                                   "mode": self.path_kwargs.get("mode") or "ok",
+                                   "headers": dict(self.request.headers), "body": {}})
+
+    def data_received(self, chunk):
+        self.chunks.append(chunk)
+        self.fake.receiving += len(chunk)
+
     def post(self, mode=None):
-        if self._finished:
-            return
         req = self.request
-        files = req.files.get("file") or []
-        fields = {k: [v.decode() for v in vs] for k, vs in req.body_arguments.items()}
+        body = b"".join(self.chunks)
+        args, filemap = {}, {}
+        tornado.httputil.parse_body_arguments(req.headers.get("Content-Type", ""), body, args,
+                                              filemap)
+        files = filemap.get("file") or []
+        fields = {k: [v.decode() for v in vs] for k, vs in args.items()}
         f = files[0] if files else None
         record = {"fields": fields, "content_length": req.headers.get("Content-Length"),
                   "transfer_encoding": req.headers.get("Transfer-Encoding"),
-                  "body_size": len(req.body)}
+                  "body_size": len(body), "raw": body}
         if f is not None:
             record.update(filename=f.filename, file_size=len(f.body),
                           sha256=hashlib.sha256(f.body).hexdigest())
@@ -149,6 +172,7 @@ class FakeMedia(FakeOpenAI):
     def __init__(self, slow_delay: float = 0.5, speech_bytes_per_char: int = 300):
         super().__init__(slow_delay)
         self.uploads: list[dict] = []
+        self.receiving = 0  # bytes of the transcription upload in progress so far
         self.speech_bytes_per_char = speech_bytes_per_char
         self.extra_handlers = [("/images/generations", ImagesHandler),
                                ("/audio/transcriptions", TranscriptionHandler),
