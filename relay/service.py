@@ -66,6 +66,7 @@ class Outcome:
     ttfb: float = 0.0
     streamed_text: str = ""
     started: bool = False
+    charged: int = 0                # quota units settled for this call
 
 
 class RelayService:
@@ -127,6 +128,10 @@ class RelayService:
     def channels_for(self, auth: Auth, call: Call) -> list:
         chans = [c for c in self.scheduler.candidates(auth.group, call.model)
                  if (a := registry.adaptor_for(c.type)) is not None and call.endpoint in a.endpoints]
+        if call.extra.get("channel_id") is not None:
+            # A follow-up to an asynchronous task (Midjourney) must go to the
+            # channel that holds the task.
+            chans = [c for c in chans if c.id == call.extra["channel_id"]]
         if chans:
             return chans
         if call.model != call.model.strip():
@@ -238,6 +243,10 @@ class RelayService:
             return out
         try:
             doc, out.usage = adaptor.parse(call, resp.body)
+        except RelayError as exc:
+            # A 200 that refuses the call (Midjourney's reply codes): not billed.
+            out.error = exc
+            return out
         except (ValueError, KeyError, TypeError) as exc:
             out.error = RelayError(502, f"The upstream sent an answer we could not read: {exc}",
                                    "upstream_error", "bad_upstream")
@@ -314,7 +323,7 @@ class RelayService:
         cost = 0
         if delivered and usage is not None:
             cost = pricing.cost(usage, price, auth.rate, auth.token.billing_mode == "per_call")
-        charged = await self.billing.settle(res, cost)
+        charged = out.charged = await self.billing.settle(res, cost)
         status = 200 if out.error is None else (499 if cancel.cancelled and out.error.status == 499
                                                 else out.error.status)
         if cancel.cancelled and out.started:
