@@ -138,14 +138,16 @@ class TranscriptionHandler(RelayHandler):
         super().on_connection_close()
         if self.upload is not None:
             self.upload.pipe.abort()
+        self.on_finish()  # Tornado calls on_finish only for finished requests
 
     def on_finish(self) -> None:
-        if self.upload is None:
+        upload, self.upload = self.upload, None
+        if upload is None:
             return
         if self.task is None or self.task.done():
-            self.upload.close()
+            upload.close()
         else:
-            self.task.add_done_callback(lambda _t: self.upload.close())
+            self.task.add_done_callback(lambda _t: upload.close())
 
 
 # ---- routes -----------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from handlers.base import RelayHandler
-from relay.errors import bad_request
+from relay.errors import RelayError, bad_request
 
 
 class _MjHandler(RelayHandler):
@@ -82,7 +82,6 @@ class ImageHandler(_MjHandler):
         if resp.error is not None and not self.started:
             raise resp.error
         if resp.status >= 400 and not self.started:
-            from relay.errors import RelayError
             raise RelayError(502, f"The image could not be fetched ({resp.status}).",
                              "upstream_error", "bad_upstream")
         if not self.closed:

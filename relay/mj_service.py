@@ -22,9 +22,11 @@ a refusal costs nothing; a task that later fails is refunded (mj_tasks.py).
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 
+from relay import registry
 from relay.adaptors.base import Call
 from relay.adaptors.midjourney import EXISTED, IN_QUEUE, MjRefused
 from relay.errors import RelayError, bad_request
@@ -80,6 +82,9 @@ class MidjourneyService:
         properties} with our task id.  Raises RelayError for our own refusals
         (bad input, key, quota, related task not found)."""
         body = dict(body)
+        # The upstream would call a client's hook itself, with its own task
+        # ids and bypassing us: not supported, so not passed on.
+        body.pop("notifyHook", None)
         kind, ref = await self._check(auth, path_action, body)
         model = self._model(kind, mode, auth.group)
         if mode and path_action not in ("modal",):
@@ -229,7 +234,6 @@ class MidjourneyService:
         if channel is None:
             raise RelayError(503, "The channel that ran this task is gone.", "service_unavailable",
                              "channel_gone")
-        from relay import registry
         adaptor = registry.adaptor_for(channel.type)
         req = adaptor.fetch_request(channel, doc["upstream_id"], "image-seed")
         resp = await self.upstream.send(req.method, req.url, req.headers, None, cancel=cancel)
@@ -237,7 +241,6 @@ class MidjourneyService:
             raise resp.error
         if resp.status >= 400:
             raise adaptor.error(resp.status, resp.body)
-        import json
         try:
             reply = json.loads(resp.body)
         except ValueError:

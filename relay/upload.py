@@ -21,7 +21,7 @@ import struct
 import tempfile
 from typing import Callable
 
-from relay.errors import RelayError, bad_request
+from relay.errors import bad_request
 
 FIELD_LIMIT = 64 * 1024     # a text field (prompt) bigger than this is refused
 HEADER_LIMIT = 16 * 1024    # the headers of one part
@@ -348,5 +348,4 @@ def _param(header: str, key: str) -> str | None:
     return m.group(1) if m else None
 
 
-__all__ = ["MultipartUpload", "UploadPipe", "Producer", "wav_seconds", "boundary_of",
-           "RelayError"]
+__all__ = ["MultipartUpload", "UploadPipe", "Producer", "wav_seconds", "boundary_of"]

@@ -236,6 +236,8 @@ class Upstream:
 
         def read(size: int):
             if producer.aborted or watch.cancel.cancelled:
+                # Our client left or sent a bad body: its call ends as 499.
+                watch.reason = "cancelled"
                 return pycurl.READFUNC_ABORT
             data = producer.read(size)
             if data is None:

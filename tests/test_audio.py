@@ -298,3 +298,40 @@ def test_speech_upstream_error_passes_as_json(setup, admin, fake):
     admin.delete(f"/api/channel/{ch['id']}")
 
 
+
+
+def test_transcription_quota_checked_before_the_upload_flows(setup, admin, fake):
+    """4 s at 0.0001 USD = 200 units reserved from the WAV header; the key has 100."""
+    t = Tenant(admin, setup.url, key_quota=100)
+    before = t.balances()
+    n = len(fake.uploads)
+    r = requests.post(setup.url + "/v1/audio/transcriptions",
+                      headers={"Authorization": f"Bearer {t.key}"},
+                      data={"model": "whisper-1"}, files={"file": ("a.wav", WAV, "audio/wav")})
+    assert r.status_code == 403, r.text
+    assert r.json()["error"]["code"] == "token_quota_exhausted"
+    assert len(fake.uploads) == n  # nothing reached the upstream
+    assert t.spent_since(before) == 0
+
+
+def test_transcription_client_leaving_mid_upload_costs_nothing(setup, admin, fake):
+    t = Tenant(admin, setup.url)
+    before = t.balances()
+    big = make_wav(20.0)
+    body, ctype = _multipart([("model", b"whisper-1", None), ("file", big, "big.wav")])
+    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {t.key}\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    fake.receiving = 0
+    n = len(fake.uploads)
+    with socket.create_connection(("127.0.0.1", setup.port), timeout=60) as s:
+        s.sendall(head + body[: len(body) // 2])
+        deadline = time.monotonic() + 30
+        while fake.receiving == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake.receiving > 0
+    # The relay aborts the upstream transfer: the upstream never gets a whole body.
+    rec = t.logs(1, model="whisper-1")
+    assert rec and rec[0]["status"] == 499 and rec[0]["quota"] == 0
+    assert len(fake.uploads) == n
+    assert t.spent_since(before) == 0

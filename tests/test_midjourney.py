@@ -27,7 +27,8 @@ IMG = "data:image/png;base64,iVBORw0KGgo="
 @pytest.fixture(scope="module")
 def relay(mongo_url, tmp_path_factory):
     proc = RelayProcess(mongo_url, str(tmp_path_factory.mktemp("mjrelay")),
-                        env={"RELAY_MJ_POLL_INTERVAL": "0.2"}).start()
+                        env={"RELAY_MJ_POLL_INTERVAL": "0.2",
+                             "RELAY_MJ_TASK_TIMEOUT": "4"}).start()
     yield proc
     proc.stop()
 
@@ -250,3 +251,26 @@ def test_action_modal_seed_and_image(setup, admin, fake):
     assert modal["code"] == 1 and modal["result"] == wait["result"]
     assert t.spent_since(before) == units("mj_inpaint") + units("mj_modal")
     assert wait_status(setup, t, wait["result"])["status"] == "SUCCESS"
+
+
+def test_task_lost_by_the_upstream_times_out_and_is_refunded(setup, admin, fake):
+    t = Tenant(admin, setup.url)
+    before = t.balances()
+    task_id = mj(setup, t, "/mj/submit/imagine", {"prompt": "lost"})["result"]
+    upstream_id = [c for c in fake.calls if c["path"] == "/mj/submit/imagine"][-1]
+    assert upstream_id
+    fake.tasks.clear()  # the upstream restarted and forgot everything
+    done = wait_status(setup, t, task_id, timeout=30)
+    assert done["status"] == "FAILURE" and "in time" in done["failReason"]
+    assert wait_refund(t, before) == 0
+
+
+def test_upstream_without_list_by_condition_is_fetched_per_task(setup, admin, fake):
+    t = Tenant(admin, setup.url)
+    fake.no_list = True
+    try:
+        task_id = mj(setup, t, "/mj/submit/imagine", {"prompt": "old proxy"})["result"]
+        assert wait_status(setup, t, task_id)["status"] == "SUCCESS"
+        assert fake.reads("/fetch") >= 3
+    finally:
+        fake.no_list = False
