@@ -33,7 +33,6 @@ class SpeechHandler(RelayHandler):
             # Half an audio file must not look like a whole one: cut the
             # connection instead of ending the chunked body cleanly.
             self.request.connection.close()
-            self._finished = True
             return
         if out.error is not None:
             return self.send_error_body(out.error)
