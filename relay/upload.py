@@ -3,7 +3,7 @@
 The handler feeds the client's body in as it arrives.  We read just enough
 of it on the way past: the small text fields (model, language, prompt, ...),
 the file's name and type, and the first bytes of the file (a WAV header
-gives the audio's length).  Every byte goes to a spool file as it arrives,
+gives the audio's length, see relay/audio_length.py).  Every byte goes to a spool file as it arrives,
 not into memory, and the upstream reads from that file as it fills, so the
 upload flows through while the client is still sending.  The spool also
 makes a retry on another channel possible: it starts again from byte one.
@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 import os
 import re
-import struct
 import tempfile
 from typing import Callable
 
+from relay import audio_length
 from relay.errors import bad_request
 
 FIELD_LIMIT = 64 * 1024     # a text field (prompt) bigger than this is refused
@@ -37,35 +37,6 @@ def boundary_of(content_type: str) -> bytes:
     if not m or len(m.group(1)) > 200:
         raise bad_request("The multipart Content-Type has no boundary.", "invalid_content_type")
     return m.group(1).encode("latin-1")
-
-
-def wav_seconds(head: bytes, file_size: int | None = None) -> float | None:
-    """The length of a WAV (RIFF/WAVE PCM) file from its first bytes, or None
-    when it is not a WAV file or the header is not complete in `head`.
-
-    A declared data size of 0 or 0xFFFFFFFF (streamed WAVs) or one larger
-    than what was really sent is replaced by what was sent, when known.
-    """
-    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-        return None
-    pos, byte_rate = 12, 0
-    while pos + 8 <= len(head):
-        cid, size = head[pos:pos + 4], struct.unpack("<I", head[pos + 4:pos + 8])[0]
-        if cid == b"fmt ":
-            if pos + 8 + 16 > len(head):
-                return None
-            byte_rate = struct.unpack("<I", head[pos + 16:pos + 20])[0]
-        elif cid == b"data":
-            if not byte_rate:
-                return None
-            data = size
-            if file_size is not None:
-                sent = max(file_size - (pos + 8), 0)
-                if data in (0, 0xFFFFFFFF) or data > sent:
-                    data = sent
-            return data / byte_rate
-        pos += 8 + size + (size & 1)
-    return None
 
 
 class UploadPipe:
@@ -176,19 +147,15 @@ class MultipartUpload:
         """Enough is known to start the upstream call: the model, and the
         file's header (or the whole file)."""
         return bool(self.model) and self.file is not None and (
-            self.file_done or len(self._head) >= SNIFF_BYTES or self._wav_header_known())
-
-    def _wav_header_known(self) -> bool:
-        head = bytes(self._head)
-        if len(head) >= 12 and head[:4] != b"RIFF":
-            return True  # not a WAV file: nothing more to learn
-        return wav_seconds(head) is not None
+            self.file_done or len(self._head) >= SNIFF_BYTES
+            or audio_length.header_complete(bytes(self._head)))
 
     def audio_seconds(self) -> float | None:
-        """The audio's length from a WAV header, or None."""
+        """The audio's length read from the file (relay/audio_length.py), or None."""
         if self.file is None:
             return None
-        return wav_seconds(bytes(self._head), self.file["size"] if self.file_done else None)
+        return audio_length.seconds(bytes(self._head),
+                                    self.file["size"] if self.file_done else None)
 
     def units(self) -> int:
         secs = self.audio_seconds()
@@ -348,4 +315,4 @@ def _param(header: str, key: str) -> str | None:
     return m.group(1) if m else None
 
 
-__all__ = ["MultipartUpload", "UploadPipe", "Producer", "wav_seconds", "boundary_of"]
+__all__ = ["MultipartUpload", "UploadPipe", "Producer", "boundary_of"]

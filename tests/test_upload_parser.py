@@ -9,7 +9,8 @@ import pytest
 from tornado.httputil import parse_body_arguments
 
 from relay.errors import RelayError
-from relay.upload import MultipartUpload, wav_seconds
+from relay.audio_length import flac_seconds, mp3_seconds, seconds, wav_seconds
+from relay.upload import MultipartUpload
 from tests.fakes.media_upstream import make_wav
 
 WAV = make_wav(2.5)
@@ -106,3 +107,29 @@ def test_wav_seconds_streamed_header_and_not_wav():
     assert wav_seconds(bytes(streamed), len(streamed)) == pytest.approx(2.5)
     assert wav_seconds(b"ID3\x04" + b"\0" * 100) is None
     assert wav_seconds(WAV[:20]) is None
+
+
+def _mp3_frame_header(version=3, kbps_idx=9, sr_idx=0, mono=False) -> bytes:
+    b1 = 0xE0 | (version << 3) | (1 << 1) | 1  # Layer III, no CRC
+    return bytes([0xFF, b1, (kbps_idx << 4) | (sr_idx << 2), (3 if mono else 0) << 6])
+
+
+def test_mp3_constant_bit_rate_and_xing_frame_count():
+    # 128 kbit/s MPEG-1 after a 100-byte ID3 tag: 16,000 bytes a second.
+    tag = b"ID3\x04\x00\x00" + bytes([0, 0, 0, 90]) + b"\0" * 90
+    head = tag + _mp3_frame_header() + b"\0" * 500
+    assert mp3_seconds(head) is None  # needs the size
+    assert mp3_seconds(head, 100 + 16_000 * 7) == pytest.approx(7.0)
+    # A Xing header counting 1,000 frames of 1152 samples at 44.1 kHz.
+    xing = _mp3_frame_header() + b"\0" * 32 + b"Xing" + (1).to_bytes(4, "big") + \
+        (1000).to_bytes(4, "big") + b"\0" * 200
+    assert seconds(xing) == pytest.approx(1000 * 1152 / 44100)
+
+
+def test_flac_streaminfo():
+    rate, total = 16000, 16000 * 9
+    packed = (rate << 44) | (1 << 41) | (15 << 36) | total
+    info = b"\0" * 10 + packed.to_bytes(8, "big") + b"\0" * 16
+    head = b"fLaC" + b"\x80\x00\x00\x22" + info
+    assert flac_seconds(head) == pytest.approx(9.0)
+    assert seconds(b"OggS" + b"\0" * 100) is None
