@@ -127,10 +127,15 @@ class TranscriptionHandler(RelayHandler):
             if self.failed is None and out is not None:
                 if out.error is not None:
                     return self.send_error_body(out.error)
-                self.set_header("Content-Type", (out.headers or {}).get(
-                    "Content-Type", "application/json"))
-                return self.finish(out.raw if out.raw is not None else
-                                   json.dumps(out.body, ensure_ascii=False))
+                ctype = (out.headers or {}).get("Content-Type", "application/json")
+                self.set_header("Content-Type", ctype)
+                if out.raw is not None:
+                    return self.finish(out.raw)
+                # Not passed through as bytes (e.g. a mapped model): text,
+                # srt and vtt answers were kept as {"text": ...}.
+                if "json" in ctype:
+                    return self.finish(json.dumps(out.body, ensure_ascii=False))
+                return self.finish(str((out.body or {}).get("text", "")))
         raise self.failed
 
     def on_connection_close(self) -> None:
