@@ -9,7 +9,9 @@ Billing units (`call.extra["units"]`, what pricing.cost multiplies a call
 price by):
     images          n, the number of images asked for
     speech          characters of `input`
-    transcriptions  seconds of audio, rounded up (set by relay/upload.py)
+    transcriptions  seconds of audio, rounded up: the upstream's duration, else read
+                    from the file (relay/audio_length.py: WAV, MP3, FLAC), else 1
+                    (per call); token usage, when reported, is billed per token
 """
 from __future__ import annotations
 
