@@ -42,7 +42,7 @@ HANDLER_MODULES = [
     "handlers.relay_openai",
 ]
 # Modules with install(app): background workers that hook into start/stop.
-INSTALLERS = ["notify.service"]
+INSTALLERS = ["notify.service", "relay.mj_tasks"]
 OPTIONAL_MODULES = [
     "handlers.relay_vendors", "handlers.relay_media", "handlers.relay_mj", "handlers.console",
     "handlers.api_notify",

@@ -57,6 +57,10 @@ class Settings:
     # JSON list of {"url": ..., "region": ..., "groups": [...]}.
     base_addresses: str = "[]"
     registration_enabled: bool = True
+    # Midjourney tasks: seconds between polls of the upstreams for progress,
+    # and how long a task may stay unfinished before it fails (and is refunded).
+    mj_poll_interval: float = 5.0
+    mj_task_timeout: float = 3600.0
 
     @property
     def max_body_bytes(self) -> int:

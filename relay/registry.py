@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from relay.adaptors.base import Adaptor
+from relay.adaptors.midjourney import MidjourneyAdaptor
 from relay.adaptors.openai import OpenAIAdaptor
 
 ADAPTORS: dict[str, Adaptor] = {
     "openai": OpenAIAdaptor(),
+    "midjourney": MidjourneyAdaptor(),
 }
 
 

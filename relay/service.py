@@ -66,6 +66,7 @@ class Outcome:
     ttfb: float = 0.0
     streamed_text: str = ""
     started: bool = False
+    charged: int = 0                # quota units settled for this call
 
 
 class RelayService:
@@ -131,6 +132,10 @@ class RelayService:
     def channels_for(self, auth: Auth, call: Call) -> list:
         chans = [c for c in self.scheduler.candidates(auth.group, call.model)
                  if (a := registry.adaptor_for(c.type)) is not None and call.endpoint in a.endpoints]
+        if call.extra.get("channel_id") is not None:
+            # A follow-up to an asynchronous task (Midjourney) must go to the
+            # channel that holds the task.
+            chans = [c for c in chans if c.id == call.extra["channel_id"]]
         if chans:
             return chans
         if call.model != call.model.strip():
@@ -242,6 +247,10 @@ class RelayService:
             return out
         try:
             doc, out.usage = adaptor.parse(call, resp.body)
+        except RelayError as exc:
+            # A 200 that refuses the call (Midjourney's reply codes): not billed.
+            out.error = exc
+            return out
         except (ValueError, KeyError, TypeError) as exc:
             out.error = RelayError(502, f"The upstream sent an answer we could not read: {exc}",
                                    "upstream_error", "bad_upstream")
@@ -258,12 +267,16 @@ class RelayService:
         writer = face.StreamWriter(call)
         out = Outcome()
         t0 = time.monotonic()
+        upstream_headers = {}
 
         def emit(data: bytes) -> None:
             if not data or sink.closed:
                 return
             if not sink.started:
-                sink.start(200, dict(SSE_HEADERS))
+                # A face whose stream is not SSE (speech audio) names its own
+                # headers from the upstream's.
+                sink.start(200, writer.headers(upstream_headers.get("h"))
+                           if hasattr(writer, "headers") else dict(SSE_HEADERS))
                 out.started = True
                 out.ttfb = time.monotonic() - t0
             sink.write(data)
@@ -282,6 +295,7 @@ class RelayService:
 
         resp = await self.upstream.send(req.method, req.url, req.headers, req.body,
                                         on_chunk=on_chunk, cancel=cancel,
+                                        on_start=lambda _s, h: upstream_headers.update(h=h),
                                         body_producer=req.body_producer)
         out.status = resp.status
         out.usage = reader.usage
@@ -313,7 +327,7 @@ class RelayService:
         cost = 0
         if delivered and usage is not None:
             cost = pricing.cost(usage, price, auth.rate, auth.token.billing_mode == "per_call")
-        charged = await self.billing.settle(res, cost)
+        charged = out.charged = await self.billing.settle(res, cost)
         status = 200 if out.error is None else (499 if cancel.cancelled and out.error.status == 499
                                                 else out.error.status)
         if cancel.cancelled and out.started:

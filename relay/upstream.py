@@ -178,7 +178,11 @@ class Upstream:
             # callback (our deadlines and cancellation) may never run.
             curl.setopt(pycurl.LOW_SPEED_LIMIT, 1)
             curl.setopt(pycurl.LOW_SPEED_TIME, max(1, int(watch.idle_timeout)))
+            if body_producer is not None:
+                self._stream_upload(curl, body_producer, watch)
 
+        if body_producer is not None and body_producer.length is None:
+            headers = dict(headers, **{"Transfer-Encoding": "chunked"})
         req = HTTPRequest(url, method=method, headers=headers,
                           body=body if body_producer is None else None,
                           body_producer=body_producer,
@@ -211,6 +215,47 @@ class Upstream:
             resp.error = RelayError(502, "The upstream closed the connection without answering.",
                                     "upstream_error", "bad_upstream")
         return resp
+
+    def _stream_upload(self, curl, producer, watch: _Watch) -> None:
+        """Feed the request body from `producer` as its bytes arrive.
+
+        Tornado's curl client takes only a whole body, so the read callback
+        is replaced: it hands libcurl what the producer has, pauses the
+        upload when the producer has nothing yet, and is woken by the
+        producer when more arrives.  The producer (relay/upload.py) has:
+        `length` (int, or None for chunked), `start(wake)` (called once per
+        attempt; a retry starts again from the first byte), `read(n)` (bytes,
+        b"" at the end, None when nothing is there yet) and `aborted`.
+        """
+        state = {"paused": False}
+
+        def wake() -> None:
+            if state["paused"] and watch.cancel._curl is curl:
+                state["paused"] = False
+                try:
+                    curl.pause(pycurl.PAUSE_RECV if watch.cancel.paused else pycurl.PAUSE_CONT)
+                except pycurl.error:
+                    return
+                self.client._set_timeout(0)
+
+        def read(size: int):
+            if producer.aborted or watch.cancel.cancelled:
+                # Our client left or sent a bad body: its call ends as 499.
+                watch.reason = "cancelled"
+                return pycurl.READFUNC_ABORT
+            data = producer.read(size)
+            if data is None:
+                state["paused"] = True
+                return pycurl.READFUNC_PAUSE
+            # The wait for a first answer byte starts when the upload ends,
+            # not while a slow client is still sending.
+            watch.started = time.monotonic()
+            return data
+
+        producer.start(wake)
+        curl.setopt(pycurl.READFUNCTION, read)
+        curl.setopt(pycurl.POSTFIELDSIZE_LARGE,
+                    producer.length if producer.length is not None else -1)
 
     @staticmethod
     def _map_reason(reason: str) -> RelayError:

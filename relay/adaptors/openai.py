@@ -8,6 +8,7 @@ models' parameter quirks where the channel asks it to.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from relay import sse
@@ -29,10 +30,59 @@ NO_SYSTEM = re.compile(r"^o1(-mini|-preview)?(-\d{4}-\d{2}-\d{2})?$")
 def usage_from(doc: dict | None) -> Usage | None:
     if not isinstance(doc, dict):
         return None
+    if doc.get("type") == "duration":  # transcriptions billed by time
+        return Usage(units=math.ceil(float(doc.get("seconds") or 0)))
+    if "input_tokens" in doc and "prompt_tokens" not in doc:
+        # images and transcriptions report input/output tokens
+        details = doc.get("input_tokens_details") or doc.get("input_token_details") or {}
+        return Usage(prompt_tokens=int(doc.get("input_tokens") or 0),
+                     completion_tokens=int(doc.get("output_tokens") or 0),
+                     cached_tokens=int((details or {}).get("cached_tokens") or 0))
     details = doc.get("prompt_tokens_details") or {}
     return Usage(prompt_tokens=int(doc.get("prompt_tokens") or 0),
                  completion_tokens=int(doc.get("completion_tokens") or 0),
                  cached_tokens=int((details or {}).get("cached_tokens") or 0))
+
+
+def transcript_usage(call: Call, body: bytes) -> tuple[dict, Usage | None]:
+    """A transcription answer (JSON, or text/srt/vtt) -> (doc, usage).
+
+    Token usage wins where the upstream reports it; otherwise the audio's
+    length in seconds: the upstream's own `duration` (verbose_json), else
+    what relay/upload.py read from the file.  None when neither is known:
+    the call is then billed once, per call.
+    """
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        doc = {"text": body.decode(errors="replace")}
+    usage = usage_from(doc.get("usage"))
+    if usage is not None and (usage.prompt_tokens or usage.completion_tokens or usage.units):
+        return doc, usage
+    seconds = doc.get("duration")
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0:
+        return doc, Usage(units=math.ceil(seconds))
+    if call.extra.get("audio_seconds"):
+        return doc, Usage(units=math.ceil(call.extra["audio_seconds"]))
+    return doc, None
+
+
+class BinaryStream(StreamReader):
+    """Speech audio: bytes pass through as they are; billed by characters."""
+
+    def __init__(self, call: Call):
+        super().__init__()
+        self.call = call
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        return [Chunk(None, data)]
+
+    def finish(self) -> list[Chunk]:
+        self.usage = Usage(prompt_tokens=int(self.call.extra.get("prompt_tokens") or 0),
+                           units=int(self.call.extra.get("units") or 1))
+        return []
 
 
 def delta_text(chunk: dict) -> str:
@@ -115,10 +165,12 @@ class OpenAIAdaptor(Adaptor):
     def request(self, call: Call, channel) -> UpstreamRequest:
         headers = self.headers(channel)
         if call.endpoint == "transcriptions":
-            headers["Content-Type"] = call.extra["content_type"]
+            # The multipart upload streams through (relay/upload.py), with
+            # its model field rewritten to this channel's model name.
+            upload = call.extra["upload"]
+            headers["Content-Type"] = upload.content_type
             return UpstreamRequest("POST", self.url(channel, call), headers,
-                                   body_producer=call.extra.get("body_producer"),
-                                   body=call.extra.get("body"))
+                                   body_producer=upload.producer(call.upstream_model))
         body = dict(call.body)
         if call.endpoint == "chat":
             body = prepare_chat_body(body, call.upstream_model, channel.options)
@@ -129,9 +181,13 @@ class OpenAIAdaptor(Adaptor):
                                json.dumps(body, ensure_ascii=False).encode())
 
     def stream(self, call: Call) -> StreamReader:
+        if call.endpoint == "speech":
+            return BinaryStream(call)
         return OpenAIStream(keep_raw=call.face == "openai")
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
+        if call.endpoint == "transcriptions":
+            return transcript_usage(call, body)
         doc = json.loads(body)
         return doc, usage_from(doc.get("usage")) if isinstance(doc, dict) else None
 

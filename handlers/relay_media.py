@@ -1,0 +1,176 @@
+"""OpenAI media routes (images, speech, transcriptions) and the base-address
+variants clients produce (a doubled /v1, a chat URL given as the base).
+
+Every route also answers without the /v1 prefix and with a trailing slash;
+double slashes are collapsed by the application before routing.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+from handlers.base import RelayHandler
+from handlers.relay_openai import (BillingSubscriptionHandler, BillingUsageHandler, ChatHandler,
+                                   EmbeddingsHandler, ModelsHandler, _OpenAIRelay)
+from relay.adaptors.base import Call
+from relay.errors import RelayError
+from relay.faces import media
+from relay.upload import MultipartUpload
+
+
+class ImagesHandler(_OpenAIRelay):
+    parse = staticmethod(media.parse_images)
+
+
+class SpeechHandler(RelayHandler):
+    """Audio streams back as the upstream sends it, in its content type."""
+
+    async def post(self) -> None:
+        auth = await self.auth()
+        call = media.parse_speech(self.request_id, self.body)
+        out = await self.ctx["service"].relay(call, auth, self, media, self.cancel)
+        if out.error is not None and self.started:
+            # Half an audio file must not look like a whole one: cut the
+            # connection instead of ending the chunked body cleanly.
+            self.request.connection.close()
+            return
+        if out.error is not None:
+            return self.send_error_body(out.error)
+        if not self.closed:
+            self.finish()
+
+
+class TranscriptionHandler(RelayHandler):
+    """The multipart upload streams to the upstream while it arrives.
+
+    prepare() authenticates before a byte of the body is read; the call
+    starts (channel, reservation, upstream connection) as soon as the model
+    field and the file's header have gone past, and post() - which Tornado
+    calls once the body is complete - waits for its answer.
+    """
+
+    buffer_body = False
+
+    def initialize(self) -> None:
+        super().initialize()
+        self.upload: MultipartUpload | None = None
+        self.task: asyncio.Future | None = None
+        self.failed: RelayError | None = None
+        self.call: Call | None = None
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        self.auth_ = await self.auth()
+        length = self.request.headers.get("Content-Length")
+        self.upload = MultipartUpload(self.request.headers.get("Content-Type", ""),
+                                      int(length) if length and length.isdigit() else None)
+
+    def data_received(self, chunk: bytes) -> None:
+        # Errors are kept for post(): raising here would drop the connection
+        # without an answer.
+        if self.failed is not None or self.upload is None:
+            return
+        self._size += len(chunk)
+        try:
+            if self._size > self.config.max_body_bytes:
+                raise RelayError(413, f"The request body is larger than the limit of "
+                                      f"{self.config.max_body_mb} MB.", "invalid_request_error",
+                                 "request_too_large")
+            self.upload.feed(chunk)
+            if self.task is None and self.upload.ready:
+                self._start()
+        except RelayError as err:
+            self._fail(err)
+
+    def _fail(self, err: RelayError) -> None:
+        self.failed = err
+        if self.upload is not None:
+            self.upload.pipe.abort()
+
+    def _start(self) -> None:
+        up = self.upload
+        fields = dict(up.fields)
+        media.check_transcription_fields(fields)
+        self.call = Call(request_id=self.request_id, endpoint="transcriptions", face="openai",
+                         model=up.model, body=fields,
+                         extra={"upload": up, "units": up.units(),
+                                "audio_seconds": up.audio_seconds()})
+        self.task = asyncio.ensure_future(
+            self.ctx["service"].relay(self.call, self.auth_, self, media, self.cancel))
+        self.task.add_done_callback(self._relay_done)
+
+    def _relay_done(self, task: asyncio.Future) -> None:
+        exc = None if task.cancelled() else task.exception()
+        if isinstance(exc, RelayError) and self.failed is None:
+            self.failed = exc  # refused before anything was sent (quota, model, channel)
+        if self.upload is not None and exc is not None:
+            self.upload.pipe.abort()
+
+    async def post(self) -> None:
+        if self.failed is None:
+            try:
+                self.upload.finish()
+                if self.task is None:
+                    self._start()
+            except RelayError as err:
+                self._fail(err)
+        if self.call is not None:
+            # The whole file is here now: its real length, for the bill.
+            self.call.extra["audio_seconds"] = self.upload.audio_seconds()
+            self.call.extra["units"] = self.upload.units()
+        if self.task is not None:
+            try:
+                out = await self.task
+            except RelayError as err:
+                out = None
+                self.failed = self.failed or err
+            if self.failed is None and out is not None:
+                if out.error is not None:
+                    return self.send_error_body(out.error)
+                ctype = (out.headers or {}).get("Content-Type", "application/json")
+                self.set_header("Content-Type", ctype)
+                if out.raw is not None:
+                    return self.finish(out.raw)
+                # Not passed through as bytes (e.g. a mapped model): text,
+                # srt and vtt answers were kept as {"text": ...}.
+                if "json" in ctype:
+                    return self.finish(json.dumps(out.body, ensure_ascii=False))
+                return self.finish(str((out.body or {}).get("text", "")))
+        raise self.failed
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        if self.upload is not None:
+            self.upload.pipe.abort()
+        self.on_finish()  # Tornado calls on_finish only for finished requests
+
+    def on_finish(self) -> None:
+        upload, self.upload = self.upload, None
+        if upload is None:
+            return
+        if self.task is None or self.task.done():
+            upload.close()
+        else:
+            self.task.add_done_callback(lambda _t: upload.close())
+
+
+# ---- routes -----------------------------------------------------------------
+# Chat front ends are often given ".../v1/chat/completions" as their base and
+# append "/chat/completions" to it; others double the "/v1".  Any run of
+# "/v1" and "/chat/completions" before a known endpoint is accepted.
+_P = r"(?:/v1|/chat/completions)*"
+_V = r"(?:/v1)?"
+
+default_handlers = [
+    (_V + r"/images/generations/?", ImagesHandler),
+    (_V + r"/audio/speech/?", SpeechHandler),
+    (_V + r"/audio/transcriptions/?", TranscriptionHandler),
+    (_P + r"/chat/completions/?", ChatHandler),
+    (_P + r"/embeddings/?", EmbeddingsHandler),
+    (_P + r"/models/?", ModelsHandler),
+    (_P + r"/images/generations/?", ImagesHandler),
+    (_P + r"/audio/speech/?", SpeechHandler),
+    (_P + r"/audio/transcriptions/?", TranscriptionHandler),
+    (_P + r"/dashboard/billing/subscription/?", BillingSubscriptionHandler),
+    (_P + r"/dashboard/billing/usage/?", BillingUsageHandler),
+]

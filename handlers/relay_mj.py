@@ -1,0 +1,100 @@
+"""Midjourney-proxy routes, at {base}/mj/... and at {base}/... without the
+prefix, optionally after a mode: /mj-fast, /mj-relax, /mj-turbo (or /fast,
+/relax, /turbo).  The key is the sk- key in `mj-api-secret` (or Bearer).
+Errors are Midjourney-shaped: {code, description, result, properties}.
+"""
+from __future__ import annotations
+
+import json
+
+from handlers.base import RelayHandler
+from relay.errors import RelayError, bad_request
+
+
+class _MjHandler(RelayHandler):
+    family = "mj"
+
+    @property
+    def mj(self):
+        return self.ctx["mj"]
+
+    def json_body(self) -> dict:
+        try:
+            doc = json.loads(self.body or b"{}")
+        except ValueError:
+            raise bad_request("The request body is not valid JSON.", "invalid_json") from None
+        if not isinstance(doc, dict):
+            raise bad_request("The request body must be a JSON object.", "invalid_json")
+        return doc
+
+    def reply(self, doc) -> None:
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(json.dumps(doc, ensure_ascii=False))
+
+
+class SubmitHandler(_MjHandler):
+    async def post(self, mode=None, action=None) -> None:
+        auth = await self.auth()
+        reply = await self.mj.submit(auth, action, mode, self.json_body(), self.request_id,
+                                     self.cancel)
+        self.reply(reply)
+
+
+class FetchHandler(_MjHandler):
+    async def get(self, mode=None, task_id=None) -> None:
+        auth = await self.auth()
+        self.reply(await self.mj.fetch(auth, task_id))
+
+
+class ListHandler(_MjHandler):
+    async def post(self, mode=None) -> None:
+        auth = await self.auth()
+        self.reply(await self.mj.list(auth, self.json_body()))
+
+
+class SeedHandler(_MjHandler):
+    async def get(self, mode=None, task_id=None) -> None:
+        auth = await self.auth()
+        self.reply(await self.mj.seed(auth, task_id, self.cancel))
+
+
+class ImageHandler(_MjHandler):
+    """The task's image, streamed from where the upstream put it, so that
+    clients need no access to the upstream.  No key: it is used in <img>
+    tags, and task ids are random."""
+
+    async def get(self, mode=None, task_id=None) -> None:
+        url = await self.mj.image_url(task_id)
+        upstream = self.ctx["upstream"]
+
+        def on_start(status, headers):
+            if status < 400:
+                self.started = True
+                self.set_header("Content-Type", headers.get("Content-Type", "image/png"))
+                self.set_header("Cache-Control", "private, max-age=86400")
+
+        def on_chunk(data: bytes) -> None:
+            if not self.closed:
+                self.write(data)
+
+        resp = await upstream.send("GET", url, {}, None, on_start=on_start, on_chunk=on_chunk,
+                                   cancel=self.cancel)
+        if resp.error is not None and not self.started:
+            raise resp.error
+        if resp.status >= 400 and not self.started:
+            raise RelayError(502, f"The image could not be fetched ({resp.status}).",
+                             "upstream_error", "bad_upstream")
+        if not self.closed:
+            self.finish()
+
+
+_PRE = r"(?:/(?:mj-)?(?P<mode>fast|relax|turbo))?(?:/mj)?"
+_ACT = r"(?P<action>imagine|change|simple-change|describe|blend|action|modal|shorten)"
+
+default_handlers = [
+    (_PRE + r"/submit/" + _ACT + r"/?", SubmitHandler),
+    (_PRE + r"/task/list-by-condition/?", ListHandler),
+    (_PRE + r"/task/(?P<task_id>[^/]+)/fetch/?", FetchHandler),
+    (_PRE + r"/task/(?P<task_id>[^/]+)/image-seed/?", SeedHandler),
+    (_PRE + r"/image/(?P<task_id>[^/]+?)(?:\.png)?/?", ImageHandler),
+]

@@ -1,0 +1,133 @@
+"""The OpenAI face for media: images, speech and transcriptions.
+
+Same shape as relay/faces/openai.py (parse_*, StreamWriter, render), with
+one difference: speech is a binary stream, not server-sent events, so the
+StreamWriter here passes the upstream's bytes through untouched and answers
+with the upstream's own content type.
+
+Billing units (`call.extra["units"]`, what pricing.cost multiplies a call
+price by):
+    images          n, the number of images asked for
+    speech          characters of `input`
+    transcriptions  seconds of audio, rounded up: the upstream's duration, else read
+                    from the file (relay/audio_length.py: WAV, MP3, FLAC), else 1
+                    (per call); token usage, when reported, is billed per token
+"""
+from __future__ import annotations
+
+from relay.adaptors.base import Call, Chunk
+from relay.errors import bad_request
+from relay.faces.openai import load_json, render  # noqa: F401  (render: same as OpenAI's)
+
+FAMILY = "openai"
+
+IMAGE_FORMATS = ("url", "b64_json")
+SPEECH_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+TRANSCRIPT_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
+# OpenAI's own limits; checked here so that a bad call costs nothing.
+MAX_IMAGES = 10
+MAX_SPEECH_CHARS = 4096
+
+
+def _number(doc: dict, name: str, low: float, high: float, integer: bool = False):
+    value = doc.get(name)
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if integer:
+        ok = ok and float(value).is_integer()
+    if not ok or not low <= value <= high:
+        kind = "a whole number" if integer else "a number"
+        raise bad_request(f"'{name}' must be {kind} from {low:g} to {high:g}.", "invalid_value",
+                          name)
+    return int(value) if integer else value
+
+
+def parse_images(request_id: str, raw: bytes) -> Call:
+    doc = load_json(raw)
+    prompt = doc.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise bad_request("'prompt' must be a non-empty string.", "missing_prompt", "prompt")
+    model = doc.get("model")
+    if model is None:
+        # OpenAI's default when the field is left out.
+        model = doc["model"] = "dall-e-2"
+    if not isinstance(model, str) or not model.strip():
+        raise bad_request("'model' must be a non-empty string.", "missing_model", "model")
+    n = _number(doc, "n", 1, MAX_IMAGES, integer=True) or 1
+    fmt = doc.get("response_format")
+    if fmt is not None and fmt not in IMAGE_FORMATS:
+        raise bad_request("'response_format' must be 'url' or 'b64_json'.", "invalid_value",
+                          "response_format")
+    for name in ("size", "quality", "style", "background", "output_format"):
+        if name in doc and doc[name] is not None and not isinstance(doc[name], str):
+            raise bad_request(f"'{name}' must be a string.", "invalid_value", name)
+    if doc.get("stream"):
+        raise bad_request("Streamed image generation is not supported; leave out 'stream'.",
+                          "unsupported_value", "stream")
+    return Call(request_id=request_id, endpoint="images", face=FAMILY, model=model, body=doc,
+                raw=raw, native_body=doc, extra={"units": n})
+
+
+def parse_speech(request_id: str, raw: bytes) -> Call:
+    doc = load_json(raw)
+    model = doc.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_request("You must provide a model parameter.", "missing_model", "model")
+    text = doc.get("input")
+    if not isinstance(text, str) or not text:
+        raise bad_request("'input' must be a non-empty string.", "missing_input", "input")
+    if len(text) > MAX_SPEECH_CHARS:
+        raise bad_request(f"'input' is {len(text)} characters; the limit is {MAX_SPEECH_CHARS}.",
+                          "string_above_max_length", "input")
+    voice = doc.get("voice")
+    if not (isinstance(voice, str) and voice.strip()) and not (isinstance(voice, dict) and voice):
+        raise bad_request("'voice' must name a voice.", "missing_voice", "voice")
+    fmt = doc.get("response_format")
+    if fmt is not None and fmt not in SPEECH_FORMATS:
+        raise bad_request(f"'response_format' must be one of {', '.join(SPEECH_FORMATS)}.",
+                          "invalid_value", "response_format")
+    _number(doc, "speed", 0.25, 4.0)
+    # Speech is always relayed as a stream: the audio goes out as it comes in.
+    return Call(request_id=request_id, endpoint="speech", face=FAMILY, model=model, body=doc,
+                raw=raw, native_body=doc, stream=True, extra={"units": len(text)})
+
+
+def check_transcription_fields(fields: dict) -> None:
+    """Validate the small fields of a transcription upload (the file aside)."""
+    fmt = fields.get("response_format")
+    if fmt is not None and fmt not in TRANSCRIPT_FORMATS:
+        raise bad_request(f"'response_format' must be one of {', '.join(TRANSCRIPT_FORMATS)}.",
+                          "invalid_value", "response_format")
+    temp = fields.get("temperature")
+    if temp is not None:
+        try:
+            ok = 0 <= float(temp) <= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            raise bad_request("'temperature' must be a number from 0 to 1.", "invalid_value",
+                              "temperature")
+
+
+class StreamWriter:
+    """Binary pass-through: the upstream's bytes, its content type, no framing."""
+
+    def __init__(self, call: Call):
+        self.call = call
+
+    def headers(self, upstream) -> dict:
+        """The reply headers, given the upstream's (None if it sent none)."""
+        ctype = upstream.get("Content-Type") if upstream is not None else None
+        return {"Content-Type": ctype or "application/octet-stream", "Cache-Control": "no-cache"}
+
+    def write(self, chunk: Chunk) -> bytes:
+        return chunk.raw or b""
+
+    def finish(self) -> bytes:
+        return b""
+
+    def error(self, status: int, message: str) -> bytes:
+        # Audio has no way to carry an error; the handler cuts the connection
+        # instead, so the client sees a truncated body, not a clean end.
+        return b""

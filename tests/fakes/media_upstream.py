@@ -1,0 +1,195 @@
+"""A fake OpenAI upstream that also speaks the media endpoints, on a real socket.
+
+It is FakeOpenAI (same failure modes by path prefix, same request log) plus:
+
+    POST /v1/images/generations    n images as url or b64_json; gpt-image-*
+                                   models answer b64_json with token usage
+    POST /v1/audio/transcriptions  reads the whole multipart body, measures
+                                   the WAV with the stdlib `wave` module and
+                                   answers in the asked response_format
+                                   (duration only in verbose_json, as OpenAI)
+    POST /v1/audio/speech          streams deterministic audio bytes in
+                                   chunks, with the format's content type;
+                                   an input containing BREAK_MID_STREAM
+                                   resets the connection half way
+
+Everything a transcription upload carried is kept in `uploads` (fields,
+file name, size, sha256, and how the body was framed).
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import io
+import math
+import socket
+import struct
+import time
+import wave
+
+import tornado.httputil
+import tornado.web
+
+from tests.fakes.openai_upstream import FakeOpenAI, _Base, _err
+
+AUDIO_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
+               "wav": "audio/wav", "pcm": "audio/pcm"}
+PNG_1PX = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+
+
+def speech_bytes(text: str, size: int) -> bytes:
+    """The audio the fake 'speaks' for a text: derived from it, so tests can
+    check that every byte came through."""
+    seed = hashlib.sha256(text.encode()).digest()
+    return (b"ID3" + seed * (size // len(seed) + 1))[:size]
+
+
+class ImagesHandler(_Base):
+    def post(self, mode=None):
+        if self._finished:
+            return
+        b = self.body
+        model = b.get("model") or "dall-e-2"
+        n = int(b.get("n") or 1)
+        if "FORBIDDEN_WORD" in (b.get("prompt") or ""):
+            return _err(self, 400, "Your request was rejected as a result of our safety system.",
+                        "invalid_request_error", "content_policy_violation")
+        b64 = model.startswith("gpt-image") or b.get("response_format") == "b64_json"
+        data = []
+        for i in range(n):
+            if b64:
+                data.append({"b64_json": base64.b64encode(PNG_1PX).decode(),
+                             "revised_prompt": b.get("prompt")})
+            else:
+                data.append({"url": f"http://127.0.0.1:{self.fake.port}/files/img-{i}.png",
+                             "revised_prompt": b.get("prompt")})
+        doc = {"created": int(time.time()), "data": data}
+        if model.startswith("gpt-image"):
+            doc["usage"] = {"input_tokens": 50, "output_tokens": 1000 * n,
+                            "total_tokens": 50 + 1000 * n,
+                            "input_tokens_details": {"text_tokens": 50, "image_tokens": 0}}
+        self.finish(doc)
+
+
+@tornado.web.stream_request_body
+class TranscriptionHandler(tornado.web.RequestHandler):
+    """Reads the body as it arrives, so a test can see an upload flowing
+    through the relay before its client has finished sending it."""
+
+    def initialize(self, fake):
+        self.fake = fake
+        self.chunks = []
+
+    def prepare(self):
+        self.fake.receiving = 0
+        self.fake.requests.append({"method": "POST", "path": self.request.path,
+                                   "mode": self.path_kwargs.get("mode") or "ok",
+                                   "headers": dict(self.request.headers), "body": {}})
+
+    def data_received(self, chunk):
+        self.chunks.append(chunk)
+        self.fake.receiving += len(chunk)
+
+    def post(self, mode=None):
+        req = self.request
+        body = b"".join(self.chunks)
+        args, filemap = {}, {}
+        tornado.httputil.parse_body_arguments(req.headers.get("Content-Type", ""), body, args,
+                                              filemap)
+        files = filemap.get("file") or []
+        fields = {k: [v.decode() for v in vs] for k, vs in args.items()}
+        f = files[0] if files else None
+        record = {"fields": fields, "content_length": req.headers.get("Content-Length"),
+                  "transfer_encoding": req.headers.get("Transfer-Encoding"),
+                  "body_size": len(body), "raw": body}
+        if f is not None:
+            record.update(filename=f.filename, file_size=len(f.body),
+                          sha256=hashlib.sha256(f.body).hexdigest())
+        self.fake.uploads.append(record)
+        if f is None:
+            return _err(self, 400, "Missing required parameter: 'file'.", "invalid_request_error")
+        model = (fields.get("model") or [""])[0]
+        if not model:
+            return _err(self, 400, "you must provide a model parameter", "invalid_request_error")
+        try:
+            with wave.open(io.BytesIO(f.body)) as w:
+                seconds = w.getnframes() / float(w.getframerate())
+        except (wave.Error, EOFError):
+            return _err(self, 400, "Invalid file format. Supported formats: ['wav', 'mp3']",
+                        "invalid_request_error")
+        text = f"Transcribed {seconds:.2f} seconds of audio."
+        fmt = (fields.get("response_format") or ["json"])[0]
+        if fmt == "verbose_json":
+            return self.finish({"task": "transcribe", "language": "english",
+                                "duration": seconds, "text": text,
+                                "segments": [{"id": 0, "start": 0.0, "end": seconds,
+                                              "text": text}]})
+        if fmt == "json":
+            doc = {"text": text}
+            if model.startswith("gpt-4o"):
+                doc["usage"] = {"type": "tokens", "input_tokens": 20, "output_tokens": 10,
+                                "total_tokens": 30,
+                                "input_token_details": {"text_tokens": 0, "audio_tokens": 20}}
+            return self.finish(doc)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        if fmt == "srt":
+            return self.finish(f"1\n00:00:00,000 --> {_stamp(seconds, ',')}\n{text}\n\n")
+        if fmt == "vtt":
+            return self.finish(f"WEBVTT\n\n00:00:00.000 --> {_stamp(seconds, '.')}\n{text}\n\n")
+        self.finish(text + "\n")
+
+
+def _stamp(seconds: float, sep: str) -> str:
+    ms = int(round(seconds * 1000))
+    return f"{ms // 3600000:02d}:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d}{sep}{ms % 1000:03d}"
+
+
+class SpeechHandler(_Base):
+    async def post(self, mode=None):
+        if self._finished:
+            return
+        b = self.body
+        text = b.get("input") or ""
+        fmt = b.get("response_format") or "mp3"
+        audio = speech_bytes(text, self.fake.speech_bytes_per_char * len(text))
+        self.set_header("Content-Type", AUDIO_TYPES.get(fmt, "audio/mpeg"))
+        step = 4096
+        for i in range(0, len(audio), step):
+            if "BREAK_MID_STREAM" in text and i >= len(audio) // 2:
+                self.request.connection.stream.socket.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.request.connection.stream.close()
+                return
+            self.write(audio[i:i + step])
+            await self.flush()
+            await asyncio.sleep(0)
+        self.finish()
+
+
+class FakeMedia(FakeOpenAI):
+    def __init__(self, slow_delay: float = 0.5, speech_bytes_per_char: int = 300):
+        super().__init__(slow_delay)
+        self.uploads: list[dict] = []
+        self.receiving = 0  # bytes of the transcription upload in progress so far
+        self.speech_bytes_per_char = speech_bytes_per_char
+        self.extra_handlers = [("/images/generations", ImagesHandler),
+                               ("/audio/transcriptions", TranscriptionHandler),
+                               ("/audio/speech", SpeechHandler)]
+
+
+def make_wav(seconds: float, rate: int = 8000, channels: int = 1) -> bytes:
+    """A real WAV file of a 440 Hz tone, made with the stdlib `wave` module."""
+    frames = int(seconds * rate)
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        samples = bytearray()
+        for i in range(frames):
+            v = int(8000 * math.sin(2 * math.pi * 440 * i / rate))
+            samples += struct.pack("<h", v) * channels
+        w.writeframes(bytes(samples))
+    return buf.getvalue()
