@@ -45,7 +45,8 @@ class Events:
         db = self.db
         await db.notify_events.create_index([("fanned_out", 1), ("created_at", 1)])
         await db.notify_subscriptions.create_index([("user_id", 1)])
-        await db.notify_subscriptions.create_index([("event_types", 1)])
+        # No index on event_types: the embedded server (nx-27017) answers an
+        # equality match on an indexed array field with nothing.
         await db.notify_outbox.create_index([("status", 1), ("next_at", 1)])
         await db.notify_outbox.create_index([("sub_id", 1), ("created_at", -1)])
         await db.announcements.create_index([("created_at", -1)])
@@ -119,7 +120,7 @@ class Events:
                         pass
 
     async def _targets(self, etype: str, p: dict) -> list[dict]:
-        flt = {"event_types": etype, "enabled": True}
+        flt = {"event_types": {"$in": [etype]}, "enabled": True}
         if etype in WARNINGS:
             flt["user_id"] = p["user_id"]
         subs = await self.db.notify_subscriptions.find(flt).sort("_id", 1).to_list(None)
