@@ -16,7 +16,9 @@ webhook URL) are simply pointed here:
     Telegram      POST /bot<token>/sendMessage
     Webhook       POST /hook/<mode>/<name>, modes:
                        ok, 500 (always), flaky<N> (500 for the first N requests to that
-                       path, then 200), hang (never answers)
+                       path, then 200), hang (never answers), slow (0.1 s),
+                       gate (503 while <name> is in `closed`), gatehang (holds the request
+                       while <name> is in `closed`, then 200)
 
 Signatures are checked the way each vendor documents them, and a wrong one
 gets the vendor's own error.  Every request is recorded in `requests`.
@@ -245,12 +247,25 @@ class Telegram(_H):
 
 class Hook(_H):
     vendor = "webhook"
+    gone = False
+
+    def on_connection_close(self):
+        self.gone = True
 
     async def post(self, mode, name):
         key = f"{mode}/{name}"
         self.fake.hook_counts[key] += 1
         if mode == "hang":
             await asyncio.Event().wait()
+        if mode == "slow":
+            await asyncio.sleep(0.1)
+        if mode == "gate" and name in self.fake.closed:
+            return self.reply({"error": "receiver down"}, 503)
+        if mode == "gatehang":
+            while name in self.fake.closed and not self.gone:
+                await asyncio.sleep(0.05)
+            if self.gone:  # the sender died while we held its request
+                return
         if mode == "500" or (mode.startswith("flaky")
                              and self.fake.hook_counts[key] <= int(mode[5:] or 1)):
             return self.reply({"error": "receiver failure"}, 500)
@@ -278,6 +293,7 @@ class NotifyReceivers:
         self.telegram_tokens: set[str] = set()
         self.telegram_msg_id = 0
         self.hook_counts: dict[str, int] = defaultdict(int)
+        self.closed: set[str] = set()
 
     @property
     def url(self) -> str:
