@@ -98,7 +98,25 @@ class DeliveriesHandler(NotifyHandler):
     async def get(self, ident: str) -> None:
         doc = await self.own_subscription(ident)
         p, size = page_args(self)
-        self.ok(await self.notifier.deliveries(doc["_id"], p, size))
+        self.ok(await self.notifier.deliveries({"sub_id": doc["_id"]}, p, size))
+
+
+class AllDeliveriesHandler(NotifyHandler):
+    """The caller's whole history, optionally for one channel type or status."""
+
+    async def get(self) -> None:
+        user = self.require_user()
+        p, size = page_args(self)
+        flt: dict = {"user_id": user["_id"]}
+        ctype = self.get_argument("channel_type", "")
+        if ctype:
+            flt["channel_type"] = ctype
+        status = self.get_argument("status", "")
+        if status:
+            if status not in ("pending", "sent", "failed"):
+                raise ApiError(400, "status must be pending, sent or failed.")
+            flt["status"] = {"$in": ["pending", "sending"]} if status == "pending" else status
+        self.ok(await self.notifier.deliveries(flt, p, size))
 
 
 class AnnouncementsHandler(NotifyHandler):
@@ -178,6 +196,7 @@ default_handlers = [
     (r"/api/notify/push/qrcode/?", PushQrcodeHandler),
     (r"/api/notify/push/callback/?", PushCallbackHandler),
     (r"/api/notify/push/binding/?", PushBindingHandler),
+    (r"/api/notify/deliveries/?", AllDeliveriesHandler),
     (r"/api/subscription/?", SubscriptionsHandler),
     (r"/api/subscription/preview/?", PreviewHandler),
     (r"/api/subscription/(\d+)/test/?", SubscriptionTestHandler),

@@ -49,6 +49,7 @@ class Events:
         # equality match on an indexed array field with nothing.
         await db.notify_outbox.create_index([("status", 1), ("next_at", 1)])
         await db.notify_outbox.create_index([("sub_id", 1), ("created_at", -1)])
+        await db.notify_outbox.create_index([("user_id", 1), ("created_at", -1)])
         await db.announcements.create_index([("created_at", -1)])
 
     # ---- raising -------------------------------------------------------------

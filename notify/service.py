@@ -42,7 +42,8 @@ class Notifier:
         self.clock = clock
         self.http = HttpClient(config.allow_private_webhooks, timeout=config.notify_send_timeout)
         self.ctx = Context(settings=config, http=self.http, clock=clock)
-        self.subs = Subscriptions(store, vault, ttl=config.notify_cache_ttl)
+        self.subs = Subscriptions(store, vault, ttl=config.notify_cache_ttl,
+                                  url_check=self.http.check_url)
         self.worker = Worker(store, self._deliver, self._final_failure, clock=clock, owner=owner,
                              poll=config.notify_poll_interval,
                              concurrency=config.notify_concurrency,
@@ -158,9 +159,9 @@ class Notifier:
             return {"body": render_body(cfg, v), "variables": v}
         return {"body": f"{v['title']}\n\n{v['content']}", "variables": v}
 
-    async def deliveries(self, sub_id: int, page: int, size: int) -> dict:
+    async def deliveries(self, flt: dict, page: int, size: int) -> dict:
+        """A page of delivery history, newest first; flt selects sub_id or user_id."""
         coll = self.store.db.notify_outbox
-        flt = {"sub_id": sub_id}
         total = await coll.count_documents(flt)
         docs = await coll.find(flt).sort("created_at", -1).skip((page - 1) * size) \
             .limit(size).to_list(size)
@@ -183,7 +184,8 @@ class Notifier:
 
 def delivery_view(d: dict) -> dict:
     status = "pending" if d["status"] == "sending" else d["status"]
-    return {"id": d["_id"], "event_type": d["event_type"], "title": d["title"],
+    return {"id": d["_id"], "subscription_id": d["sub_id"], "event_type": d["event_type"],
+            "title": d["title"],
             "channel_type": d["channel_type"], "status": status,
             "in_flight": d["status"] == "sending", "attempts": d.get("attempts", 0),
             "last_error": d.get("last_error", ""), "receipt": d.get("receipt", ""),

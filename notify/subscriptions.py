@@ -26,7 +26,8 @@ class Invalid(ValueError):
 
 
 class Subscriptions:
-    def __init__(self, store, vault, ttl: float = 10.0):
+    def __init__(self, store, vault, ttl: float = 10.0, url_check=None):
+        self.url_check = url_check  # raises for a URL the SSRF guard would refuse
         self.store = store
         self.vault = vault
         self.ttl = ttl
@@ -134,7 +135,10 @@ class Subscriptions:
                     raw[f] = stored.get(f, "")  # the masked value came back: keep it
         try:
             cfg = channel.clean(raw)
-        except ValueError as exc:
+            for f in ("url", "webhook_url"):
+                if cfg.get(f) and self.url_check is not None:
+                    self.url_check(cfg[f])
+        except Exception as exc:  # ValueError, or the guard's Refused
             raise Invalid(str(exc)) from None
         out["secrets"] = {f: self.vault.encrypt(cfg.pop(f)) for f in channel.secret_fields()}
         out["channel_config"] = cfg

@@ -6,6 +6,7 @@ QR-code binding for personal push, and warnings raised by real billing."""
 from __future__ import annotations
 
 import re
+import socket
 import time
 import uuid
 
@@ -346,3 +347,45 @@ def test_warnings_from_real_billing_per_key(root, nrelay, fake):
         assert len(fake.delivered("webhook", f"/hook/ok/w{tag}")) == 2
     finally:
         up.stop()
+
+
+def test_history_across_channels(root, nrelay, fake):
+    tag = uuid.uuid4().hex[:6]
+    _, api = new_user(root, nrelay)
+    ok = subscribe(api, "webhook", {"url": f"{fake.url}/hook/ok/h{tag}"})
+    bad = subscribe(api, "personal_push", {"vendor": "wxpusher"})
+    root.post("/api/announcement/", {"title": f"History {tag}", "content": "c"})
+    page = wait_for(lambda: (lambda d: d["total"] == 2 and all(
+        i["status"] != "pending" for i in d["items"]) and d)(
+        api.get("/api/notify/deliveries")["data"]), what="two settled deliveries")
+    by_sub = {i["subscription_id"]: i for i in page["items"]}
+    assert by_sub[ok["id"]]["status"] == "sent" and by_sub[bad["id"]]["status"] == "failed"
+    only = api.get("/api/notify/deliveries?channel_type=webhook")["data"]
+    assert [i["subscription_id"] for i in only["items"]] == [ok["id"]]
+    failed = api.get("/api/notify/deliveries?status=failed&size=1")["data"]
+    assert failed["total"] == 1 and failed["page_size"] == 1
+    api.get("/api/notify/deliveries?status=weird", expect=400)
+
+
+def test_ssrf_guard_on_in_a_relay(fresh_relay, fake):
+    relay = fresh_relay(env={"RELAY_ALLOW_PRIVATE_WEBHOOKS": "false"})
+    root = Api.login(relay.url)
+    root.create_user("guarded")
+    api = Api.login(relay.url, "guarded", "password123")
+    for url in (f"{fake.url}/hook/ok/ssrf", "http://localhost:8080/x", "http://10.1.2.3/x"):
+        r = api.post("/api/subscription/", {
+            "name": "x", "event_types": ["announcement"], "channel_type": "webhook",
+            "channel_config": {"url": url}}, expect=400)
+        assert "private" in r["message"] or "localhost" in r["message"]
+    r = api.post("/api/subscription/", {
+        "name": "x", "event_types": ["announcement"], "channel_type": "group_bot",
+        "channel_config": {"vendor": "wecom", "webhook_url": "http://127.0.0.1:1/x"}}, expect=400)
+    assert "private" in r["message"]
+    # A host *name* that resolves to loopback passes the write-time check but is
+    # refused when sending, by the resolver.
+    host = socket.gethostname()
+    if socket.gethostbyname(host).startswith("127."):
+        sub = subscribe(api, "webhook", {"url": f"http://{host}:{fake.port}/hook/ok/ssrf"})
+        result = api.post(f"/api/subscription/{sub['id']}/test")["data"]
+        assert not result["ok"] and "private" in result["error"]
+    assert not fake.delivered("webhook", "/hook/ok/ssrf")

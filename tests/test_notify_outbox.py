@@ -113,7 +113,7 @@ def test_final_failure_after_retry_window_is_kept_and_shown(mongo_url, fake):
         assert (await store.db.notify_outbox.find_one({"_id": doc["_id"]}))["attempts"] == 3
         sub = await n.subs.get(s["_id"])
         assert "HTTP 500" in sub["last_error"]
-        page = await n.deliveries(s["_id"], 1, 10)
+        page = await n.deliveries({"sub_id": s["_id"]}, 1, 10)
         assert page["total"] == 1 and page["items"][0]["status"] == "failed"
         await store.close()
     asyncio.run(go())

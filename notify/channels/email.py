@@ -26,7 +26,7 @@ class EmailChannel(Channel):
         mail = EmailMessage()
         mail["From"] = s.smtp_from or s.smtp_user or f"relay@{s.smtp_host}"
         mail["To"] = to
-        mail["Subject"] = msg.title
+        mail["Subject"] = " ".join(msg.title.split())  # no header injection by newline
         mail["Date"] = formatdate(localtime=False)
         # The outbox id doubles as Message-ID, so a receiver can drop a
         # duplicate after a crash between sending and recording.

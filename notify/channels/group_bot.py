@@ -37,9 +37,16 @@ class GroupBotChannel(Channel):
     label = "Group-chat bot (DingTalk / Feishu / WeCom)"
     fields = (
         Field("vendor", "Vendor", required=True, kind="choice", choices=VENDORS),
-        Field("webhook_url", "Webhook URL", required=True),
+        # The URL carries the bot's access token (DingTalk) or key (WeCom): a secret.
+        Field("webhook_url", "Webhook URL", secret=True, required=True),
         Field("secret", "Signing secret", secret=True),
     )
+
+    def clean(self, config: dict) -> dict:
+        out = super().clean(config)
+        if not out["webhook_url"].startswith(("http://", "https://")):
+            raise ValueError("The webhook URL must start with http:// or https://.")
+        return out
 
     async def send(self, msg: Message, config: dict, ctx: Context) -> str:
         vendor, url, secret = config["vendor"], config["webhook_url"], config.get("secret", "")

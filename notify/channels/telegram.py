@@ -15,7 +15,7 @@ class TelegramChannel(Channel):
     async def send(self, msg: Message, config: dict, ctx: Context) -> str:
         base = ctx.settings.notify_telegram_base.rstrip("/")
         reply = await ctx.http.send("POST", f"{base}/bot{config['bot_token']}/sendMessage",
-                                    json_body={"chat_id": config["chat_id"], "text": msg.text(),
+                                    json_body={"chat_id": config["chat_id"], "text": msg.text()[:4096],
                                                "disable_web_page_preview": True})
         data = reply.json() or {}
         if reply.status == 200 and data.get("ok") is True:

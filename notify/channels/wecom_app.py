@@ -16,6 +16,12 @@ from notify.channels.base import Channel, Context, DeliveryError, Field, Message
 TOKEN_ERRORS = {40001, 40014, 42001}
 
 
+def _cut(text: str, limit: int) -> str:
+    """The vendor refuses text over `limit` bytes (UTF-8)."""
+    raw = text.encode()
+    return text if len(raw) <= limit else raw[:limit].decode("utf-8", "ignore")
+
+
 class WecomAppChannel(Channel):
     type = "wecom_app"
     label = "Enterprise messaging app (WeCom)"
@@ -53,7 +59,7 @@ class WecomAppChannel(Channel):
     async def send(self, msg: Message, config: dict, ctx: Context) -> str:
         base = ctx.settings.notify_wecom_base.rstrip("/")
         body = {"touser": config.get("to_user") or "@all", "msgtype": "text",
-                "agentid": int(config["agent_id"]), "text": {"content": msg.text()}, "safe": 0}
+                "agentid": int(config["agent_id"]), "text": {"content": _cut(msg.text(), 2048)}, "safe": 0}
         for attempt in (0, 1):
             token = await self._token(config, ctx, fresh=attempt == 1)
             reply = await ctx.http.send(
