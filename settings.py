@@ -85,6 +85,8 @@ class Settings:
     # Seconds a process trusts its cached subscriptions (writes elsewhere
     # in this process invalidate at once; other processes catch up by this).
     notify_cache_ttl: float = 10.0
+    # Sent and failed outbox records are kept this long for the history view.
+    notify_history_days: int = 30
     # JSON list of {"url": ..., "region": ..., "groups": [...]}.
     base_addresses: str = "[]"
     registration_enabled: bool = True

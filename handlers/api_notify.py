@@ -8,6 +8,7 @@ import json
 from handlers.api_user import page_args
 from handlers.base import ApiError, ApiHandler
 from notify.push_binding import BindError
+from notify.service import announcement_view
 from notify.subscriptions import Invalid
 
 KINDS = ("announcement", "marketing")
@@ -39,9 +40,7 @@ class ChannelTypesHandler(NotifyHandler):
 class SubscriptionsHandler(NotifyHandler):
     async def get(self) -> None:
         user = self.require_user()
-        docs = await self.notifier.subs.coll.find({"user_id": user["_id"]}).sort("_id", 1) \
-            .to_list(1000)
-        self.ok([self.notifier.subs.view(d) for d in docs])
+        self.ok([self.notifier.subs.view(d) for d in await self.notifier.subs.list(user["_id"])])
 
     async def post(self) -> None:
         user = self.require_user()
@@ -123,13 +122,8 @@ class AnnouncementsHandler(NotifyHandler):
     async def get(self) -> None:
         self.require_user()
         p, size = page_args(self)
-        coll = self.store.db.announcements
-        flt = {} if self.is_admin() or self.current_user.get("marketing_opt_in") \
-            else {"kind": "announcement"}
-        total = await coll.count_documents(flt)
-        docs = await coll.find(flt).sort("_id", -1).skip((p - 1) * size).limit(size).to_list(size)
-        self.ok({"items": [announcement_view(d) for d in docs], "total": total, "page": p,
-                 "page_size": size})
+        marketing = self.is_admin() or bool(self.current_user.get("marketing_opt_in"))
+        self.ok(await self.notifier.announcements(p, size, marketing))
 
     async def post(self) -> None:
         admin = self.require_admin()
@@ -145,11 +139,6 @@ class AnnouncementsHandler(NotifyHandler):
             raise ApiError(400, f"kind must be one of: {', '.join(KINDS)}.")
         ann = await self.notifier.announce(admin, title, content, kind)
         self.ok(announcement_view(ann), "Published.")
-
-
-def announcement_view(d: dict) -> dict:
-    return {"id": d["_id"], "title": d["title"], "content": d.get("content", ""),
-            "kind": d.get("kind", "announcement"), "created_at": d.get("created_at", 0)}
 
 
 class PushQrcodeHandler(NotifyHandler):

@@ -103,8 +103,12 @@ class Worker:
             n += 1
             task = asyncio.get_running_loop().create_task(self._process(doc))
             self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            task.add_done_callback(self._finished)
         return n
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._inflight.discard(task)
+        self._wake.set()  # a slot is free: claim the next record without waiting a poll
 
     async def claim(self) -> dict | None:
         """Atomically take one due record, or None when nothing is due."""

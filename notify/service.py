@@ -78,10 +78,23 @@ class Notifier:
             await asyncio.sleep(RECOVER_EVERY)
             try:
                 await self.events.recover(older_than=RECOVER_EVERY)
+                await self.prune()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("event recovery failed")
+
+    async def prune(self) -> None:
+        """Drop history past notify_history_days; events past two days (an
+        event record only matters for its hour's throttle and for recovery)."""
+        now = self.clock()
+        db = self.store.db
+        await db.notify_outbox.delete_many({
+            "status": {"$in": ["sent", "failed"]},
+            "updated_at": {"$lt": now - self.config.notify_history_days * 86400}})
+        await db.notify_events.delete_many({"fanned_out": True,
+                                            "created_at": {"$lt": now - 2 * 86400}})
+        await db.notify_push_binds.delete_many({"expires_at": {"$lt": now - 86400}})
 
     # ---- delivery ------------------------------------------------------------
     async def _user(self, user_id: int) -> dict:
@@ -168,6 +181,16 @@ class Notifier:
         return {"items": [delivery_view(d) for d in docs], "total": total, "page": page,
                 "page_size": size}
 
+    async def announcements(self, page: int, size: int, marketing: bool) -> dict:
+        """Recent announcements, newest first; marketing ones only if marketing."""
+        coll = self.store.db.announcements
+        flt = {} if marketing else {"kind": "announcement"}
+        total = await coll.count_documents(flt)
+        docs = await coll.find(flt).sort("_id", -1).skip((page - 1) * size).limit(size) \
+            .to_list(size)
+        return {"items": [announcement_view(d) for d in docs], "total": total, "page": page,
+                "page_size": size}
+
     async def announce(self, author: dict, title: str, content: str, kind: str) -> dict:
         """Store an announcement, tell the console, and raise the event."""
         ann = {"_id": await self.store.next_id("announcements"), "title": title,
@@ -180,6 +203,11 @@ class Notifier:
                                       {"announcement_id": ann["_id"], "title": title,
                                        "content": content})
         return ann
+
+
+def announcement_view(d: dict) -> dict:
+    return {"id": d["_id"], "title": d["title"], "content": d.get("content", ""),
+            "kind": d.get("kind", "announcement"), "created_at": d.get("created_at", 0)}
 
 
 def delivery_view(d: dict) -> dict:

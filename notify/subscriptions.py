@@ -55,6 +55,10 @@ class Subscriptions:
         self._by_user[user_id] = (time.monotonic() + self.ttl, docs)
         return docs
 
+    async def list(self, user_id: int) -> list[dict]:
+        """The user's subscriptions from the database (not the cache), oldest first."""
+        return await self.coll.find({"user_id": user_id}).sort("_id", 1).to_list(1000)
+
     async def get(self, sub_id: int) -> dict | None:
         return await self.coll.find_one({"_id": sub_id})
 

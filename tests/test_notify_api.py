@@ -18,6 +18,7 @@ from tests.fakes.notify_receivers import NotifyReceivers
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.smtp_sink import SmtpSink
 from tests.helpers import Api, RelayProcess
+from tests.notify_helpers import subscribe, wait_for
 
 CALLBACK_TOKEN = "cb-token-123"
 
@@ -65,23 +66,6 @@ def new_user(root, nrelay, quota=0, **kw) -> tuple[dict, Api]:
     name = "u" + uuid.uuid4().hex[:8]
     user = root.create_user(name, quota=quota, **kw)
     return user, Api.login(nrelay.url, name, "password123")
-
-
-def wait_for(cond, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def subscribe(api, channel_type, config, events=("announcement",), **kw) -> dict:
-    body = {"name": channel_type, "event_types": list(events), "channel_type": channel_type,
-            "channel_config": config, "enabled": True}
-    body.update(kw)
-    return api.post("/api/subscription/", body)["data"]
 
 
 def test_channel_types(root):

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes.notify_receivers import NotifyReceivers
 from tests.helpers import Api
-from tests.test_notify_api import subscribe, wait_for
+from tests.notify_helpers import subscribe, wait_for
 
 
 @pytest.fixture(scope="module")

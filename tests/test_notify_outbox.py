@@ -177,3 +177,21 @@ def test_deleted_subscription_fails_permanently(mongo_url, fake):
         assert doc["status"] == "failed" and "deleted" in doc["last_error"]
         await store.close()
     asyncio.run(go())
+
+
+def test_old_history_is_pruned(mongo_url, fake):
+    async def go():
+        store = await setup(mongo_url)
+        clock = Clock()
+        n = make(store, clock=clock, notify_history_days=30)
+        s = await hook_sub(n, 1, f"{fake.url}/hook/ok/prune")
+        await n.events.raise_event("announcement:5", "announcement", {"title": "T", "content": "C"})
+        await n.events.raise_event("announcement:6", "announcement", {"title": "T", "content": "C"})
+        await pump(n)
+        await store.db.notify_outbox.update_one({"_id": f"announcement:5|{s['_id']}"},
+                                                {"$set": {"updated_at": clock.t - 31 * 86400}})
+        await n.prune()
+        left = await store.db.notify_outbox.find({}).to_list(None)
+        assert [d["_id"] for d in left] == [f"announcement:6|{s['_id']}"]
+        await store.close()
+    asyncio.run(go())
