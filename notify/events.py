@@ -76,6 +76,10 @@ class Events:
     # ---- fan-out -------------------------------------------------------------
     async def fan_out(self, event: dict) -> int:
         etype, p = event["type"], event["payload"]
+        if p.get("announcement"):  # idempotent: also restores it after a crash
+            ann = dict(p["announcement"])
+            await self.db.announcements.update_one(
+                {"_id": ann.pop("_id")}, {"$setOnInsert": ann}, upsert=True)
         subs = await self._targets(etype, p)
         users = {}
         if subs:

@@ -192,16 +192,19 @@ class Notifier:
                 "page_size": size}
 
     async def announce(self, author: dict, title: str, content: str, kind: str) -> dict:
-        """Store an announcement, tell the console, and raise the event."""
+        """Store an announcement, tell the console, and raise the event.
+
+        The event record (which carries the whole announcement) is written
+        first: if the process dies at any point after it, recovery both
+        stores the announcement and delivers it.
+        """
         ann = {"_id": await self.store.next_id("announcements"), "title": title,
                "content": content, "kind": kind, "created_at": store_now(),
                "author_id": author["_id"]}
-        await self.store.db.announcements.insert_one(ann)
+        await self.events.raise_event(f"{kind}:{ann['_id']}", kind,
+                                      {"announcement": ann, "title": title, "content": content})
         self.bus.publish("announcement", {"id": ann["_id"], "title": title, "content": content,
                                           "kind": kind})
-        await self.events.raise_event(f"{kind}:{ann['_id']}", kind,
-                                      {"announcement_id": ann["_id"], "title": title,
-                                       "content": content})
         return ann
 
 

@@ -162,8 +162,11 @@ def test_unfinished_fan_out_is_recovered(mongo_url):
         # A process recorded the event and died before fanning it out.
         await store.db.notify_events.insert_one({
             "_id": "announcement:99", "type": "announcement", "created_at": clock(),
-            "fanned_out": False, "payload": {"title": "T", "content": "C"}})
+            "fanned_out": False, "payload": {"title": "T", "content": "C", "announcement": {
+                "_id": 99, "title": "T", "content": "C", "kind": "announcement",
+                "created_at": 1}}})
         assert await p.events.recover() == 1
+        assert (await store.db.announcements.find_one({"_id": 99}))["title"] == "T"
         assert await p.events.recover() == 0
         out = await store.db.notify_outbox.find({}).to_list(None)
         assert [(o["_id"], o["title"]) for o in out] == [(f"announcement:99|{s['_id']}", "T")]
