@@ -18,6 +18,7 @@ from models.store import now
 from notify import channels
 
 EVENT_TYPES = ("announcement", "marketing", "user_quota_warning", "key_quota_warning")
+MAX_PER_USER = 50
 MASK_MARK = "********"
 
 
@@ -135,8 +136,10 @@ class Subscriptions:
         if old.get("channel_type") == ctype:
             stored = self.config(old)
             for f in channel.secret_fields():
-                if MASK_MARK in str(raw.get(f) or ""):
-                    raw[f] = stored.get(f, "")  # the masked value came back: keep it
+                # The masked value came back, or the field was left out: keep the
+                # stored secret.  An explicit "" clears it.
+                if f not in raw or MASK_MARK in str(raw.get(f) or ""):
+                    raw[f] = stored.get(f, "")
         try:
             cfg = channel.clean(raw)
             for f in ("url", "webhook_url"):
@@ -151,6 +154,8 @@ class Subscriptions:
 
     async def create(self, user: dict, body: dict) -> dict:
         fields = await self.clean(user, body)
+        if await self.coll.count_documents({"user_id": user["_id"]}) >= MAX_PER_USER:
+            raise Invalid(f"An account can have at most {MAX_PER_USER} subscriptions.")
         doc = {"_id": await self.store.next_id("notify_subscriptions"), "user_id": user["_id"],
                "created_at": now(), "updated_at": now(), "last_error": "", **fields}
         await self.coll.insert_one(doc)

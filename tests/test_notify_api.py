@@ -104,6 +104,10 @@ def test_subscription_crud_secrets_masked_and_encrypted(root, nrelay, fake, mong
     result = api.post(f"/api/subscription/{sub['id']}/test")["data"]
     assert result["ok"], result
     assert fake.delivered("telegram")[-1]["path"] == "/bot777:SECRET-TOKEN-VALUE/sendMessage"
+    # Leaving the secret out keeps it too; only an explicit value replaces it.
+    api.put("/api/subscription/", {"id": sub["id"], "channel_config": {"chat_id": "43"}})
+    assert api.post(f"/api/subscription/{sub['id']}/test")["data"]["ok"]
+    assert fake.delivered("telegram")[-1]["json"]["chat_id"] == "43"
     # A new secret replaces it; the test send now fails with the vendor's reason.
     api.put("/api/subscription/", {"id": sub["id"], "channel_config": {
         "bot_token": "000:WRONG", "chat_id": "42"}})

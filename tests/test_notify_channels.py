@@ -203,22 +203,33 @@ def test_serverchan_and_wxpusher(fake):
         channels.get("personal_push").clean({"vendor": "serverchan"})
 
 
-@pytest.mark.parametrize("tls", [False, True])
-def test_email_over_smtp(fake, tls):
-    sink = SmtpSink(tls=tls).start()
+@pytest.mark.parametrize("mode,auth", [("none", None), ("starttls", ("mailer", "pw-1")),
+                                       ("tls", ("mailer", "pw-1"))])
+def test_email_over_smtp(fake, mode, auth):
+    sink = SmtpSink(tls="" if mode == "none" else mode, auth=auth).start()
     try:
         ctx = ctx_for(fake, smtp_host="127.0.0.1", smtp_port=sink.port,
-                      smtp_from="relay@example.test", smtp_tls="starttls" if tls else "none",
-                      smtp_verify_cert=False)
+                      smtp_from="relay@example.test", smtp_tls=mode, smtp_verify_cert=False,
+                      smtp_user=auth[0] if auth else "", smtp_password=auth[1] if auth else "")
         send(ctx, "email", {})
         assert len(sink.messages) == 1
         m = sink.messages[0]
         assert m["to"] == ["ann@example.test"] and m["from"] == "relay@example.test"
-        assert m["tls"] is tls
+        assert m["tls"] is (mode != "none")
         assert m["message"]["Subject"] == "Account balance is low"
-        assert m["message"].get_content().replace("\r\n", "\n").strip() == message().content
+        assert "ev1|7" in m["message"]["Message-ID"]  # the outbox id, for de-duplication
+        if auth:
+            assert m["login"] == b"mailer"
+        body = m["message"].get_content().replace("\r\n", "\n").strip()
+        assert body == message().content
         with pytest.raises(DeliveryError, match="no e-mail"):
             send(ctx, "email", {}, message(user={"id": 1, "username": "x", "email": ""}))
+        if auth:
+            bad = ctx_for(fake, smtp_host="127.0.0.1", smtp_port=sink.port, smtp_tls=mode,
+                          smtp_verify_cert=False, smtp_user="mailer", smtp_password="wrong")
+            with pytest.raises(DeliveryError, match="SMTP"):
+                send(bad, "email", {})
+            assert len(sink.messages) == 1
     finally:
         sink.stop()
 

@@ -1,8 +1,10 @@
 """An SMTP sink on 127.0.0.1 (aiosmtpd): accepts every message and keeps it.
 
-With tls=True it offers STARTTLS with a self-signed certificate made at
-start (the relay is then run with smtp_verify_cert off), and refuses mail
-before STARTTLS, so a test proves the client really upgraded.
+tls="starttls" offers STARTTLS with a self-signed certificate made at start
+(the client then runs with smtp_verify_cert off) and refuses mail before
+STARTTLS, so a test proves the client really upgraded; tls="tls" speaks TLS
+from the first byte (port-465 style).  With auth=(user, password) the sink
+requires AUTH (over TLS) and refuses wrong credentials.
 """
 from __future__ import annotations
 
@@ -12,11 +14,15 @@ import os
 import ssl
 import tempfile
 import threading
+import warnings
 from email import policy
 
 from aiosmtpd.controller import Controller
 
 from tests.helpers import free_port
+
+# Implicit TLS with AUTH: aiosmtpd warns because it only counts STARTTLS as TLS.
+warnings.filterwarnings("ignore", message="Requiring AUTH while not requiring TLS")
 
 
 def _self_signed(dirname: str) -> tuple[str, str]:
@@ -49,26 +55,48 @@ class _Handler:
         msg = email.message_from_bytes(envelope.content, policy=policy.default)
         with self.sink.lock:
             self.sink.messages.append({"from": envelope.mail_from, "to": list(envelope.rcpt_tos),
-                                       "message": msg, "tls": session.ssl is not None})
+                                       "message": msg,
+                                       "tls": server.transport.get_extra_info("ssl_object")
+                                       is not None,
+                                       "login": session.auth_data})
         return "250 OK"
 
 
+def _authenticator(expected):
+    from aiosmtpd.smtp import AuthResult, LoginPassword
+
+    def check(server, session, envelope, mechanism, auth_data):
+        ok = (isinstance(auth_data, LoginPassword)
+              and (auth_data.login.decode(), auth_data.password.decode()) == expected)
+        return AuthResult(success=ok, handled=False,
+                          auth_data=auth_data.login if ok else None)
+    return check
+
+
 class SmtpSink:
-    def __init__(self, tls: bool = False):
+    def __init__(self, tls: str = "", auth: tuple[str, str] | None = None):
         self.tls = tls
+        self.auth = auth
         self.messages: list[dict] = []
         self.lock = threading.Lock()
         self.port = free_port()
         self.controller = None
 
     def start(self) -> "SmtpSink":
-        kw = {}
+        kw: dict = {}
         if self.tls:
             self._dir = tempfile.mkdtemp()
             cert, key = _self_signed(self._dir)
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ctx.load_cert_chain(cert, key)
-            kw = {"tls_context": ctx, "require_starttls": True}
+            if self.tls == "starttls":
+                kw = {"tls_context": ctx, "require_starttls": True}
+            else:
+                kw = {"ssl_context": ctx}
+        if self.auth:
+            # Implicit TLS is encrypted from the start; aiosmtpd only counts STARTTLS.
+            kw.update(authenticator=_authenticator(self.auth), auth_required=True,
+                      auth_require_tls=self.tls == "starttls")
         self.controller = Controller(_Handler(self), hostname="127.0.0.1", port=self.port, **kw)
         self.controller.start()
         return self
