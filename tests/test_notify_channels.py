@@ -203,6 +203,7 @@ def test_serverchan_and_wxpusher(fake):
         channels.get("personal_push").clean({"vendor": "serverchan"})
 
 
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
 @pytest.mark.parametrize("mode,auth", [("none", None), ("starttls", ("mailer", "pw-1")),
                                        ("tls", ("mailer", "pw-1"))])
 def test_email_over_smtp(fake, mode, auth):
