@@ -134,6 +134,19 @@ def test_wecom_app_access_token_flow(fake):
         send(ctx, "wecom_app", {**cfg, "app_secret": "wrong"})
 
 
+def test_wecom_app_burst_fetches_one_token(fake):
+    fake.wecom_corps["ww-burst"] = "burst-secret"
+    ctx = ctx_for(fake)
+    ch = channels.get("wecom_app")
+    cfg = ch.clean({"corp_id": "ww-burst", "app_secret": "burst-secret", "agent_id": "7"})
+    before = fake.gettoken_calls
+
+    async def go():
+        await asyncio.gather(*(ch.send(message(id=f"b{i}"), cfg, ctx) for i in range(5)))
+    asyncio.run(go())
+    assert fake.gettoken_calls == before + 1
+
+
 def test_webhook_template_variables_and_signature(fake):
     tpl = ('{"kind": "{{ event_type }}", "msg": "{{ title }}: {{ content }}", "who": "{{ user }}",'
            ' "key": "{{ key_name }}", "left": {{ balance }}, "limit": {{ threshold }},'

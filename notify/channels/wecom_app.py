@@ -8,6 +8,7 @@ is invalid or expired (40014, 42001, 40001) drops the cache and retries once.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from urllib.parse import urlencode
 
@@ -38,30 +39,40 @@ class WecomAppChannel(Channel):
             raise ValueError("agent_id must be a number.")
         return out
 
-    async def _token(self, config: dict, ctx: Context, fresh: bool = False) -> str:
+    async def _token(self, config: dict, ctx: Context, refused: str = "") -> str:
+        """A valid access token; `refused` names one the vendor just refused."""
         base = ctx.settings.notify_wecom_base.rstrip("/")
         key = ("wecom_token", base, config["corp_id"],
                hashlib.sha256(config["app_secret"].encode()).hexdigest())
         cached = ctx.cache.get(key)
-        if cached and not fresh and cached[1] > ctx.clock():
+        if cached and not refused and cached[1] > ctx.clock():
             return cached[0]
-        url = f"{base}/cgi-bin/gettoken?" + urlencode(
-            {"corpid": config["corp_id"], "corpsecret": config["app_secret"]})
-        reply = await ctx.http.send("GET", url)
-        data = reply.json() or {}
-        if reply.status != 200 or data.get("errcode", 0) != 0 or not data.get("access_token"):
-            raise DeliveryError(f"WeCom gettoken failed: HTTP {reply.status} {reply.snippet()}")
-        # Renew five minutes early so that a token never expires in flight.
-        ctx.cache[key] = (data["access_token"],
-                          ctx.clock() + max(int(data.get("expires_in", 7200)) - 300, 60))
-        return data["access_token"]
+        # One gettoken at a time per app: the vendor rate-limits it, and a burst
+        # of sends (an announcement) would otherwise all fetch at once.
+        lock = ctx.cache.setdefault(("lock",) + key, asyncio.Lock())
+        async with lock:
+            cached = ctx.cache.get(key)
+            if cached and cached[1] > ctx.clock() and cached[0] != refused:
+                return cached[0]
+            url = f"{base}/cgi-bin/gettoken?" + urlencode(
+                {"corpid": config["corp_id"], "corpsecret": config["app_secret"]})
+            reply = await ctx.http.send("GET", url)
+            data = reply.json() or {}
+            if reply.status != 200 or data.get("errcode", 0) != 0 or not data.get("access_token"):
+                raise DeliveryError(f"WeCom gettoken failed: HTTP {reply.status} {reply.snippet()}")
+            # Renew five minutes early so that a token never expires in flight.
+            ctx.cache[key] = (data["access_token"],
+                              ctx.clock() + max(int(data.get("expires_in", 7200)) - 300, 60))
+            return data["access_token"]
 
     async def send(self, msg: Message, config: dict, ctx: Context) -> str:
         base = ctx.settings.notify_wecom_base.rstrip("/")
         body = {"touser": config.get("to_user") or "@all", "msgtype": "text",
-                "agentid": int(config["agent_id"]), "text": {"content": _cut(msg.text(), 2048)}, "safe": 0}
-        for attempt in (0, 1):
-            token = await self._token(config, ctx, fresh=attempt == 1)
+                "agentid": int(config["agent_id"]), "text": {"content": _cut(msg.text(), 2048)},
+                "safe": 0}
+        refused = ""
+        for _ in (0, 1):
+            token = await self._token(config, ctx, refused)
             reply = await ctx.http.send(
                 "POST", f"{base}/cgi-bin/message/send?access_token={token}", json_body=body)
             data = reply.json() or {}
@@ -69,4 +80,5 @@ class WecomAppChannel(Channel):
                 return f"msgid {data.get('msgid', '')}"
             if data.get("errcode") not in TOKEN_ERRORS:
                 break
+            refused = token
         raise DeliveryError(f"WeCom message/send failed: HTTP {reply.status} {reply.snippet()}")
