@@ -8,6 +8,7 @@ import time
 import uuid
 from collections import Counter
 
+import pymongo
 import pytest
 
 from tests.fakes.notify_receivers import NotifyReceivers
@@ -69,7 +70,7 @@ def test_delivery_resumes_after_kill9(fresh_relay, fake):
 
 
 @pytest.mark.slow
-def test_two_relays_never_deliver_one_record_twice(fresh_relay, fake):
+def test_two_relays_never_deliver_one_record_twice(fresh_relay, fake, mongo_url):
     tag = uuid.uuid4().hex[:6]
     r1 = fresh_relay(env=env(RELAY_NOTIFY_CONCURRENCY="3"))
     r2 = fresh_relay(env=env(RELAY_NOTIFY_CONCURRENCY="3"), db_name=r1.db_name)
@@ -90,3 +91,6 @@ def test_two_relays_never_deliver_one_record_twice(fresh_relay, fake):
     got = Counter(r["headers"]["X-Notify-Id"] for r in fake.delivered("webhook", f"/hook/slow/{tag}"))
     assert len(got) == 30 and set(got.values()) == {1}, got.most_common(3)
     assert fake.hook_counts[f"slow/{tag}"] == 30
+    owners = Counter(d["owner"] for d in pymongo.MongoClient(mongo_url)[r1.db_name]
+                     .notify_outbox.find({}, {"owner": 1}))
+    assert len(owners) == 2, f"both relays took records: {dict(owners)}"
