@@ -11,6 +11,8 @@ for `ttl` seconds otherwise (writes in other processes).
 """
 from __future__ import annotations
 
+import json
+import re
 import time
 
 from models.secrets import mask
@@ -19,6 +21,8 @@ from notify import channels
 
 EVENT_TYPES = ("announcement", "marketing", "user_quota_warning", "key_quota_warning")
 MAX_PER_USER = 50
+# Header names whose values are credentials, masked when shown.
+SENSITIVE = re.compile(r"auth|token|key|secret|pass|cookie|sign", re.I)
 MASK_MARK = "********"
 
 
@@ -72,6 +76,8 @@ class Subscriptions:
         cfg = dict(doc.get("channel_config") or {})
         for name, blob in (doc.get("secrets") or {}).items():
             cfg[name] = self.vault.decrypt(blob)
+        for name, blob in (doc.get("secret_objects") or {}).items():
+            cfg[name] = json.loads(self.vault.decrypt(blob) or "{}")
         return cfg
 
     def view(self, doc: dict) -> dict:
@@ -80,6 +86,9 @@ class Subscriptions:
             cfg[name] = mask(self.vault.decrypt(blob)) if blob else ""
             if cfg[name] and MASK_MARK not in cfg[name]:
                 cfg[name] = MASK_MARK  # short secrets: show nothing of them
+        for name, blob in (doc.get("secret_objects") or {}).items():
+            obj = json.loads(self.vault.decrypt(blob) or "{}")
+            cfg[name] = {k: (_masked(v) if SENSITIVE.search(k) else v) for k, v in obj.items()}
         return {"id": doc["_id"], "user_id": doc["user_id"], "name": doc.get("name", ""),
                 "event_types": doc.get("event_types", []),
                 "user_threshold": doc.get("user_threshold", 0),
@@ -140,6 +149,13 @@ class Subscriptions:
                 # stored secret.  An explicit "" clears it.
                 if f not in raw or MASK_MARK in str(raw.get(f) or ""):
                     raw[f] = stored.get(f, "")
+            for f in channel.secret_objects():
+                if f not in raw:
+                    raw[f] = stored.get(f, {})
+                elif isinstance(raw[f], dict):
+                    old_obj = stored.get(f) or {}
+                    raw[f] = {k: (old_obj.get(k, "") if MASK_MARK in str(v) else v)
+                              for k, v in raw[f].items()}
         try:
             cfg = channel.clean(raw)
             for f in ("url", "webhook_url"):
@@ -148,6 +164,8 @@ class Subscriptions:
         except Exception as exc:  # ValueError, or the guard's Refused
             raise Invalid(str(exc)) from None
         out["secrets"] = {f: self.vault.encrypt(cfg.pop(f)) for f in channel.secret_fields()}
+        out["secret_objects"] = {f: self.vault.encrypt(json.dumps(cfg.pop(f)))
+                                 for f in channel.secret_objects()}
         out["channel_config"] = cfg
         out["enabled"] = bool(body.get("enabled", old.get("enabled", True)))
         return out
@@ -176,3 +194,8 @@ class Subscriptions:
     async def record_failure(self, sub_id: int, error: str) -> None:
         await self.coll.update_one({"_id": sub_id}, {"$set": {"last_error": error[:500],
                                                               "last_error_at": now()}})
+
+
+def _masked(value: str) -> str:
+    shown = mask(str(value))
+    return shown if MASK_MARK in shown else MASK_MARK

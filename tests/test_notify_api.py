@@ -377,3 +377,21 @@ def test_ssrf_guard_on_in_a_relay(fresh_relay, fake):
         result = api.post(f"/api/subscription/{sub['id']}/test")["data"]
         assert not result["ok"] and "private" in result["error"]
     assert not fake.delivered("webhook", "/hook/ok/ssrf")
+
+
+def test_webhook_credential_headers_masked_and_kept(root, nrelay, fake, mongo_url):
+    tag = uuid.uuid4().hex[:6]
+    _, api = new_user(root, nrelay)
+    sub = subscribe(api, "webhook", {"url": f"{fake.url}/hook/ok/hdr{tag}", "headers": {
+        "Authorization": "Bearer very-secret-value", "X-Team": "ops"}})
+    shown = sub["channel_config"]["headers"]
+    assert shown["X-Team"] == "ops" and "very-secret" not in shown["Authorization"]
+    raw = pymongo.MongoClient(mongo_url)[nrelay.db_name].notify_subscriptions.find_one(
+        {"_id": sub["id"]})
+    assert "very-secret" not in str(raw) and "X-Team" not in str(raw)
+    # The console sends the masked value back with another header changed.
+    api.put("/api/subscription/", {"id": sub["id"], "channel_config": {
+        **sub["channel_config"], "headers": {**shown, "X-Team": "dev"}}})
+    assert api.post(f"/api/subscription/{sub['id']}/test")["data"]["ok"]
+    got = fake.delivered("webhook", f"/hook/ok/hdr{tag}")[-1]["headers"]
+    assert got["Authorization"] == "Bearer very-secret-value" and got["X-Team"] == "dev"

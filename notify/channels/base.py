@@ -30,12 +30,17 @@ class Field:
     required: bool = False
     kind: str = "string"           # string | object | text | choice
     choices: tuple = ()
+    # For an object (e.g. headers): stored encrypted as a whole, and values
+    # under names that look like credentials are shown masked.
+    secret_values: bool = False
 
     def view(self) -> dict:
         out = {"name": self.name, "label": self.label, "secret": self.secret,
                "required": self.required, "kind": self.kind}
         if self.choices:
             out["choices"] = list(self.choices)
+        if self.secret_values:
+            out["secret_values"] = True
         return out
 
 
@@ -72,6 +77,9 @@ class Channel:
 
     def secret_fields(self) -> set[str]:
         return {f.name for f in self.fields if f.secret}
+
+    def secret_objects(self) -> set[str]:
+        return {f.name for f in self.fields if f.secret_values}
 
     def clean(self, config: dict) -> dict:
         """Validate and normalise a channel_config; raise ValueError with a clear message."""

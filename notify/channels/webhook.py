@@ -36,7 +36,7 @@ class WebhookChannel(Channel):
     label = "Webhook"
     fields = (
         Field("url", "Endpoint URL", required=True),
-        Field("headers", "Custom headers", kind="object"),
+        Field("headers", "Custom headers", kind="object", secret_values=True),
         Field("body_template", "Body template", kind="text"),
         Field("secret", "Signing secret (X-Signature)", secret=True),
     )
