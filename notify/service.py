@@ -26,6 +26,7 @@ from notify.subscriptions import Subscriptions
 log = logging.getLogger("relay.notify")
 
 RECOVER_EVERY = 60.0
+SUBSCRIPTION_KIND = "notify_subscription"  # catalog invalidation kind
 SAMPLE = {"announcement": ("Test announcement", "This is a test message from the relay."),
           "marketing": ("Test promotion", "This is a test promotion from the relay."),
           "user_quota_warning": ("Account balance is low",
@@ -35,7 +36,8 @@ SAMPLE = {"announcement": ("Test announcement", "This is a test message from the
 
 
 class Notifier:
-    def __init__(self, config, store, bus, vault, owner: str = "n", clock=time.time):
+    def __init__(self, config, store, bus, vault, owner: str = "n", clock=time.time,
+                 catalog=None):
         self.config = config
         self.store = store
         self.bus = bus
@@ -44,6 +46,9 @@ class Notifier:
         self.ctx = Context(settings=config, http=self.http, clock=clock)
         self.subs = Subscriptions(store, vault, ttl=config.notify_cache_ttl,
                                   url_check=self.http.check_url)
+        if catalog is not None:
+            self.subs.on_change = lambda uid: catalog.changed(SUBSCRIPTION_KIND, uid)
+            catalog.listeners.append(self._catalog_changed)
         self.worker = Worker(store, self._deliver, self._final_failure, clock=clock, owner=owner,
                              poll=config.notify_poll_interval,
                              concurrency=config.notify_concurrency,
@@ -55,6 +60,10 @@ class Notifier:
         self.binding = PushBinding(store, config, self.http, clock)
         self._unsub: list = []
         self._recoverer: asyncio.Task | None = None
+
+    def _catalog_changed(self, kind: str, ident) -> None:
+        if kind == SUBSCRIPTION_KIND and isinstance(ident, int):
+            self.subs.invalidate(ident)
 
     # ---- lifecycle -----------------------------------------------------------
     async def start(self) -> None:
@@ -228,7 +237,7 @@ def delivery_view(d: dict) -> dict:
 def install(app) -> None:
     s = app.settings
     notifier = Notifier(s["config"], s["store"], s["bus"], s["vault"],
-                        owner=s["catalog"].process_id)
+                        owner=s["catalog"].process_id, catalog=s["catalog"])
     s["notifier"] = notifier
 
     async def start(app) -> None:

@@ -6,8 +6,9 @@ are stored encrypted (models.secrets.Vault) and shown masked; a masked value
 sent back unchanged keeps the stored secret.
 
 Reads on the hot path (threshold checks after every settle) come from an
-in-memory copy per user, dropped on every write in this process and trusted
-for `ttl` seconds otherwise (writes in other processes).
+in-memory copy per user, dropped on every write; other processes hear of the
+write through the catalog's cross-process invalidation, and `ttl` bounds the
+copy's age should that be missed.
 """
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ class Invalid(ValueError):
 
 
 class Subscriptions:
-    def __init__(self, store, vault, ttl: float = 10.0, url_check=None):
+    def __init__(self, store, vault, ttl: float = 10.0, url_check=None, on_change=None):
         self.url_check = url_check  # raises for a URL the SSRF guard would refuse
+        # async fn(user_id) after a write: tells other processes to drop their copy
+        self.on_change = on_change
         self.store = store
         self.vault = vault
         self.ttl = ttl
@@ -69,6 +72,11 @@ class Subscriptions:
 
     def invalidate(self, user_id: int) -> None:
         self._by_user.pop(user_id, None)
+
+    async def _changed(self, user_id: int) -> None:
+        self.invalidate(user_id)
+        if self.on_change is not None:
+            await self.on_change(user_id)
 
     # ---- config and secrets --------------------------------------------------
     def config(self, doc: dict) -> dict:
@@ -177,19 +185,19 @@ class Subscriptions:
         doc = {"_id": await self.store.next_id("notify_subscriptions"), "user_id": user["_id"],
                "created_at": now(), "updated_at": now(), "last_error": "", **fields}
         await self.coll.insert_one(doc)
-        self.invalidate(user["_id"])
+        await self._changed(user["_id"])
         return doc
 
     async def update(self, user: dict, existing: dict, body: dict) -> dict:
         fields = await self.clean(user, body, existing)
         fields["updated_at"] = now()
         await self.coll.update_one({"_id": existing["_id"]}, {"$set": fields})
-        self.invalidate(existing["user_id"])
+        await self._changed(existing["user_id"])
         return {**existing, **fields}
 
     async def delete(self, doc: dict) -> None:
         await self.coll.delete_one({"_id": doc["_id"]})
-        self.invalidate(doc["user_id"])
+        await self._changed(doc["user_id"])
 
     async def record_failure(self, sub_id: int, error: str) -> None:
         await self.coll.update_one({"_id": sub_id}, {"$set": {"last_error": error[:500],

@@ -11,7 +11,10 @@ from collections import Counter
 import pymongo
 import pytest
 
+import openai
+
 from tests.fakes.notify_receivers import NotifyReceivers
+from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import Api
 from tests.notify_helpers import subscribe, wait_for
 
@@ -94,3 +97,38 @@ def test_two_relays_never_deliver_one_record_twice(fresh_relay, fake, mongo_url)
     owners = Counter(d["owner"] for d in pymongo.MongoClient(mongo_url)[r1.db_name]
                      .notify_outbox.find({}, {"owner": 1}))
     assert len(owners) == 2, f"both relays took records: {dict(owners)}"
+
+
+@pytest.mark.slow
+def test_subscription_written_on_one_relay_is_used_by_another(fresh_relay, fake):
+    """Thresholds are cached per process; a write on relay A reaches relay B's
+    cache through the cross-process invalidation, well before the cache's TTL."""
+    up = FakeOpenAI().start()
+    try:
+        tag = uuid.uuid4().hex[:6]
+        a = fresh_relay(env=env(RELAY_NOTIFY_CACHE_TTL="600"))
+        b = fresh_relay(env=env(RELAY_NOTIFY_CACHE_TTL="600"), db_name=a.db_name)
+        root = Api.login(a.url)
+        model = f"m-{tag}"
+        root.create_channel(up.url, [model], name=f"ch-{tag}")
+        root.set_price(model, call_price=0.002)               # 1,000 units a call
+        name = "x" + tag
+        user = root.create_user(name, quota=1_000_000)
+        api = Api.login(a.url, name, "password123")
+        key = api.post("/api/token/", {"name": f"K{tag}", "remain_quota": 10_000})["data"]
+        client = openai.OpenAI(api_key=key["key"], base_url=b.url + "/v1", max_retries=0)
+
+        def call():
+            client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])
+        call()            # relay B now caches "no subscriptions" for this user
+        time.sleep(1.0)
+        subscribe(api, "webhook", {"url": f"{fake.url}/hook/ok/x{tag}"},
+                  events=["key_quota_warning"], key_threshold=7500)
+        time.sleep(2.0)   # a few invalidation polls
+        for _ in range(2):  # 9,000 -> 7,000: crosses 7,500 on relay B
+            call()
+        hooks = wait_for(lambda: fake.delivered("webhook", f"/hook/ok/x{tag}"),
+                         what="the warning raised on relay B")
+        assert hooks[0]["json"]["key_name"] == f"K{tag}" and user["id"]
+    finally:
+        up.stop()
