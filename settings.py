@@ -53,7 +53,40 @@ class Settings:
     invalidation_poll: float = 0.5
     usage_retention_days: int = 0
     secure_cookies: bool = False
+    # Notifications reach webhooks, bots and push services by their users'
+    # URLs; private and loopback addresses are refused unless this is on.
     allow_private_webhooks: bool = False
+    # Server-wide SMTP for the e-mail channel; smtp_tls: starttls, tls or none.
+    smtp_host: str = ""
+    smtp_port: int = 587
+    smtp_user: str = ""
+    smtp_password: str = ""
+    smtp_from: str = ""
+    smtp_tls: str = "starttls"
+    smtp_verify_cert: bool = True
+    # Vendor base URLs, so that self-hosted bot APIs, proxies and tests work.
+    notify_wecom_base: str = "https://qyapi.weixin.qq.com"
+    notify_telegram_base: str = "https://api.telegram.org"
+    notify_serverchan_base: str = "https://sctapi.ftqq.com"
+    notify_wxpusher_base: str = "https://wxpusher.zjiecode.com"
+    # The operator's WxPusher app (users bind their UID to it by a QR code).
+    notify_wxpusher_app_token: str = ""
+    # When set, the push service must call /api/notify/push/callback?token=<this>.
+    notify_push_callback_token: str = ""
+    # Outbox worker: poll interval, parallel sends, per-send timeout, how
+    # long a claim lasts (longer than any send), first retry delay (doubling
+    # up to an hour) and how long to keep retrying before a final failure.
+    notify_poll_interval: float = 1.0
+    notify_concurrency: int = 8
+    notify_send_timeout: float = 20.0
+    notify_claim_lease: float = 120.0
+    notify_retry_base: float = 30.0
+    notify_retry_window: float = 86400.0
+    # Seconds a process trusts its cached subscriptions (writes elsewhere
+    # in this process invalidate at once; other processes catch up by this).
+    notify_cache_ttl: float = 10.0
+    # Sent and failed outbox records are kept this long for the history view.
+    notify_history_days: int = 30
     # JSON list of {"url": ..., "region": ..., "groups": [...]}.
     base_addresses: str = "[]"
     registration_enabled: bool = True

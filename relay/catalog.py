@@ -45,6 +45,10 @@ class Catalog:
         # tolerate clock skew between processes, so it must skip repeats.
         self._recent: set = set()
         self.version = 0  # bumped on every change; lets other caches key on it
+        # fn(kind, ident) after every change applied here, local or from a peer:
+        # lets caches outside the catalog (notify's subscriptions) ride the
+        # same cross-process invalidation.
+        self.listeners: list = []
 
     # ---- loading -----------------------------------------------------------
     async def load(self) -> None:
@@ -144,6 +148,11 @@ class Catalog:
         elif kind == "channel":
             await self.reload_channels()
         self.version += 1
+        for fn in self.listeners:
+            try:
+                fn(kind, ident)
+            except Exception:
+                log.exception("catalog listener failed on %s", kind)
 
     def start_polling(self) -> None:
         if self._poller is None:

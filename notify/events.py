@@ -1,0 +1,170 @@
+"""Events and their fan-out into the outbox.
+
+An event is one record in `notify_events` with a unique id, written before
+anything else.  For the two warnings the id is (type, subject, hour bucket),
+so that record *is* the hourly throttle: the second insert in the same hour,
+from this process or any other sharing the database, fails as a duplicate
+and nothing is sent.  For announcements the id is the announcement's.
+
+Fan-out turns the event into one outbox record per subscription that wants
+it (id: event id + subscription id, so fanning out twice is harmless), then
+marks the event fanned out.  A process that dies between the two steps
+leaves the event unmarked, and `recover()` (at start and every minute, in
+any process) finishes the job.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from models.records import QUOTA_PER_USD
+from models.store import DuplicateKeyError, PyMongoError
+
+log = logging.getLogger("relay.notify")
+
+WARNINGS = ("user_quota_warning", "key_quota_warning")
+HOUR = 3600
+
+
+def money(units: int) -> str:
+    return f"{units} units (${units / QUOTA_PER_USD:.2f})"
+
+
+class Events:
+    def __init__(self, store, subs, clock=time.time, on_enqueued=None):
+        self.store = store
+        self.subs = subs
+        self.clock = clock
+        self.on_enqueued = on_enqueued or (lambda: None)
+
+    @property
+    def db(self):
+        return self.store.db
+
+    async def ensure_indexes(self) -> None:
+        db = self.db
+        await db.notify_events.create_index([("fanned_out", 1), ("created_at", 1)])
+        await db.notify_subscriptions.create_index([("user_id", 1)])
+        # No index on event_types: the embedded server (nx-27017) answers an
+        # equality match on an indexed array field with nothing.
+        await db.notify_outbox.create_index([("status", 1), ("next_at", 1)])
+        await db.notify_outbox.create_index([("sub_id", 1), ("created_at", -1)])
+        await db.notify_outbox.create_index([("user_id", 1), ("created_at", -1)])
+        await db.announcements.create_index([("created_at", -1)])
+
+    # ---- raising -------------------------------------------------------------
+    async def raise_event(self, event_id: str, etype: str, payload: dict) -> bool:
+        """Record the event (once per id) and fan it out; False if it existed."""
+        doc = {"_id": event_id, "type": etype, "payload": payload, "created_at": self.clock(),
+               "fanned_out": False}
+        try:
+            await self.db.notify_events.insert_one(doc)
+        except DuplicateKeyError:
+            return False
+        await self.fan_out(doc)
+        return True
+
+    async def raise_warning(self, etype: str, user_id: int, token_id: int | None,
+                            balance: int) -> bool:
+        """A balance crossed a threshold: at most one event per subject and hour."""
+        subject = user_id if etype == "user_quota_warning" else token_id
+        bucket = int(self.clock() // HOUR)
+        return await self.raise_event(
+            f"{etype}:{subject}:{bucket}", etype,
+            {"user_id": user_id, "token_id": token_id, "balance": int(balance)})
+
+    # ---- fan-out -------------------------------------------------------------
+    async def fan_out(self, event: dict) -> int:
+        etype, p = event["type"], event["payload"]
+        if p.get("announcement"):  # idempotent: also restores it after a crash
+            ann = dict(p["announcement"])
+            await self.db.announcements.update_one(
+                {"_id": ann.pop("_id")}, {"$setOnInsert": ann}, upsert=True)
+        subs = await self._targets(etype, p)
+        users = {}
+        if subs:
+            ids = list({s["user_id"] for s in subs})
+            async for u in self.db.users.find({"_id": {"$in": ids}}, {"username": 1}):
+                users[u["_id"]] = u.get("username", "")
+        key_name = ""
+        if etype == "key_quota_warning":
+            tok = await self.db.tokens.find_one({"_id": p["token_id"]}, {"name": 1})
+            key_name = (tok or {}).get("name", "")
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(event["created_at"]))
+        now = self.clock()
+        docs = []
+        for s in subs:
+            title, content, threshold = self._text(etype, p, s, key_name)
+            docs.append({
+                "_id": f"{event['_id']}|{s['_id']}", "event_id": event["_id"], "sub_id": s["_id"],
+                "user_id": s["user_id"], "channel_type": s["channel_type"], "event_type": etype,
+                "title": title, "content": content,
+                "vars": {"event_type": etype, "title": title, "content": content,
+                         "user": users.get(s["user_id"], ""), "key_name": key_name,
+                         "balance": p.get("balance", ""), "threshold": threshold, "time": when},
+                "status": "pending", "attempts": 0, "next_at": now, "created_at": now,
+                "updated_at": now, "last_error": "", "sent_at": None, "receipt": ""})
+        await self._insert(docs)
+        await self.db.notify_events.update_one({"_id": event["_id"]},
+                                               {"$set": {"fanned_out": True, "targets": len(docs)}})
+        if docs:
+            self.on_enqueued()
+        return len(docs)
+
+    async def _insert(self, docs: list[dict]) -> None:
+        for i in range(0, len(docs), 500):
+            batch = docs[i:i + 500]
+            try:
+                await self.db.notify_outbox.insert_many(batch, ordered=False)
+            except PyMongoError:
+                # Some existed already (a repeated fan-out): insert the rest one by one.
+                for d in batch:
+                    try:
+                        await self.db.notify_outbox.insert_one(d)
+                    except DuplicateKeyError:
+                        pass
+
+    async def _targets(self, etype: str, p: dict) -> list[dict]:
+        flt = {"event_types": {"$in": [etype]}, "enabled": True}
+        if etype in WARNINGS:
+            flt["user_id"] = p["user_id"]
+        subs = await self.db.notify_subscriptions.find(flt).sort("_id", 1).to_list(None)
+        if etype == "marketing" and subs:
+            ids = list({s["user_id"] for s in subs})
+            opted = {u["_id"] async for u in self.db.users.find(
+                {"_id": {"$in": ids}, "marketing_opt_in": True}, {"_id": 1})}
+            subs = [s for s in subs if s["user_id"] in opted]
+        elif etype == "user_quota_warning":
+            subs = [s for s in subs if p["balance"] < s.get("user_threshold", 0)]
+        elif etype == "key_quota_warning":
+            subs = [s for s in subs if p["balance"] < s.get("key_threshold", 0)
+                    and (not s.get("key_ids") or p["token_id"] in s["key_ids"])]
+        return subs
+
+    @staticmethod
+    def _text(etype: str, p: dict, sub: dict, key_name: str) -> tuple[str, str, object]:
+        if etype == "user_quota_warning":
+            t = sub.get("user_threshold", 0)
+            return ("Account balance is low",
+                    f"Your account balance is {money(p['balance'])}, below your warning "
+                    f"threshold of {money(t)}. Top up to keep your keys working.", t)
+        if etype == "key_quota_warning":
+            t = sub.get("key_threshold", 0)
+            return (f"API key \"{key_name}\" is running low",
+                    f"The remaining quota of API key \"{key_name}\" (id {p['token_id']}) is "
+                    f"{money(p['balance'])}, below your warning threshold of {money(t)}.", t)
+        return p.get("title", ""), p.get("content", ""), ""
+
+    # ---- recovery ------------------------------------------------------------
+    async def recover(self, older_than: float = 0.0) -> int:
+        """Fan out events a dead process recorded but did not finish."""
+        n = 0
+        cutoff = self.clock() - older_than
+        docs = await self.db.notify_events.find(
+            {"fanned_out": False, "created_at": {"$lte": cutoff}}).to_list(1000)
+        for d in docs:
+            try:
+                n += await self.fan_out(d)
+            except PyMongoError:
+                log.exception("fan-out of %s failed; will try again", d["_id"])
+        return n

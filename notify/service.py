@@ -1,0 +1,249 @@
+"""The notifier: wires subscriptions, rules, events, the outbox worker and
+the channels together, and hooks them into the relay's start and stop.
+
+    install(app)  ->  app.settings["notifier"]; start/stop in on_start/on_stop
+
+Everything the API needs goes through the Notifier's methods, so handlers
+stay thin.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from models.store import now as store_now
+from notify import channels
+from notify.channels.base import Context, DeliveryError, Message
+from notify.channels.webhook import render_body
+from notify.events import Events
+from notify.http import HttpClient, Refused
+from notify.outbox import Worker
+from notify.push_binding import PushBinding
+from notify.rules import Rules
+from notify.subscriptions import Subscriptions
+
+log = logging.getLogger("relay.notify")
+
+RECOVER_EVERY = 60.0
+SUBSCRIPTION_KIND = "notify_subscription"  # catalog invalidation kind
+SAMPLE = {"announcement": ("Test announcement", "This is a test message from the relay."),
+          "marketing": ("Test promotion", "This is a test promotion from the relay."),
+          "user_quota_warning": ("Account balance is low",
+                                 "Your account balance is below your warning threshold."),
+          "key_quota_warning": ("API key is running low",
+                                "The remaining quota of an API key is below your threshold.")}
+
+
+class Notifier:
+    def __init__(self, config, store, bus, vault, owner: str = "n", clock=time.time,
+                 catalog=None):
+        self.config = config
+        self.store = store
+        self.bus = bus
+        self.clock = clock
+        self.http = HttpClient(config.allow_private_webhooks, timeout=config.notify_send_timeout)
+        self.ctx = Context(settings=config, http=self.http, clock=clock)
+        self.subs = Subscriptions(store, vault, ttl=config.notify_cache_ttl,
+                                  url_check=self.http.check_url)
+        if catalog is not None:
+            self.subs.on_change = lambda uid: catalog.changed(SUBSCRIPTION_KIND, uid)
+            catalog.listeners.append(self._catalog_changed)
+        self.worker = Worker(store, self._deliver, self._final_failure, clock=clock, owner=owner,
+                             poll=config.notify_poll_interval,
+                             concurrency=config.notify_concurrency,
+                             lease=config.notify_claim_lease, retry_base=config.notify_retry_base,
+                             retry_window=config.notify_retry_window,
+                             send_timeout=config.notify_send_timeout)
+        self.events = Events(store, self.subs, clock=clock, on_enqueued=self.worker.wake)
+        self.rules = Rules(self.subs, self.events)
+        self.binding = PushBinding(store, config, self.http, clock)
+        self._unsub: list = []
+        self._recoverer: asyncio.Task | None = None
+
+    def _catalog_changed(self, kind: str, ident) -> None:
+        if kind == SUBSCRIPTION_KIND and isinstance(ident, int):
+            self.subs.invalidate(ident)
+
+    # ---- lifecycle -----------------------------------------------------------
+    async def start(self) -> None:
+        await self.events.ensure_indexes()
+        self._unsub = self.rules.attach(self.bus)
+        await self.events.recover()
+        self.worker.start()
+        self._recoverer = asyncio.get_running_loop().create_task(self._recover_loop())
+
+    async def stop(self) -> None:
+        for u in self._unsub:
+            u()
+        if self._recoverer is not None:
+            self._recoverer.cancel()
+        await self.rules.drain()
+        await self.worker.stop()
+        self.http.close()
+
+    async def _recover_loop(self) -> None:
+        while True:
+            await asyncio.sleep(RECOVER_EVERY)
+            try:
+                await self.events.recover(older_than=RECOVER_EVERY)
+                await self.prune()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("event recovery failed")
+
+    async def prune(self) -> None:
+        """Drop history past notify_history_days; events past two days (an
+        event record only matters for its hour's throttle and for recovery)."""
+        now = self.clock()
+        db = self.store.db
+        await db.notify_outbox.delete_many({
+            "status": {"$in": ["sent", "failed"]},
+            "updated_at": {"$lt": now - self.config.notify_history_days * 86400}})
+        await db.notify_events.delete_many({"fanned_out": True,
+                                            "created_at": {"$lt": now - 2 * 86400}})
+        await db.notify_push_binds.delete_many({"expires_at": {"$lt": now - 86400}})
+
+    # ---- delivery ------------------------------------------------------------
+    async def _user(self, user_id: int) -> dict:
+        u = await self.store.db.users.find_one({"_id": user_id}, {"username": 1, "email": 1}) or {}
+        out = {"id": user_id, "username": u.get("username", ""), "email": u.get("email", "")}
+        uid = await self.binding.binding(user_id)
+        if uid:
+            out["wxpusher_uid"] = uid
+        return out
+
+    async def _deliver(self, record: dict) -> str:
+        sub = await self.subs.get(record["sub_id"])
+        if sub is None:
+            raise DeliveryError("The subscription was deleted.", permanent=True)
+        channel = channels.get(sub["channel_type"])
+        if channel is None:
+            raise DeliveryError(f"Unknown channel {sub['channel_type']!r}.", permanent=True)
+        msg = Message(id=record["_id"], event_type=record["event_type"], title=record["title"],
+                      content=record["content"], vars=record.get("vars") or {},
+                      user=await self._user(sub["user_id"]))
+        return await channel.send(msg, self.subs.config(sub), self.ctx)
+
+    async def _final_failure(self, record: dict, error: str) -> None:
+        await self.subs.record_failure(record["sub_id"], error)
+
+    # ---- API operations ------------------------------------------------------
+    def channel_types(self) -> list[dict]:
+        return [c.describe() for c in channels.CHANNELS.values()]
+
+    def sample_vars(self, event_type: str, user: dict, sub: dict | None = None) -> dict:
+        title, content = SAMPLE.get(event_type, SAMPLE["announcement"])
+        sub = sub or {}
+        threshold = sub.get("key_threshold" if event_type == "key_quota_warning"
+                            else "user_threshold", 0) if event_type.endswith("warning") else ""
+        return {"event_type": event_type, "title": title, "content": content,
+                "user": user.get("username", ""),
+                "key_name": "example-key" if event_type == "key_quota_warning" else "",
+                "balance": int(user.get("quota", 0)) if event_type.endswith("warning") else "",
+                "threshold": threshold,
+                "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.clock()))}
+
+    async def test_send(self, user: dict, sub: dict) -> dict:
+        """Send a test message over the subscription's channel now; never raises."""
+        etype = (sub.get("event_types") or ["announcement"])[0]
+        v = self.sample_vars(etype, user, sub)
+        msg = Message(id=f"test:{sub['_id']}:{int(self.clock() * 1000)}", event_type=etype,
+                      title="[Test] " + v["title"], content=v["content"],
+                      vars={**v, "title": "[Test] " + v["title"]},
+                      user=await self._user(sub["user_id"]))
+        try:
+            receipt = await asyncio.wait_for(
+                channels.get(sub["channel_type"]).send(msg, self.subs.config(sub), self.ctx),
+                self.config.notify_send_timeout * 2 + 5)
+        except (DeliveryError, Refused) as exc:
+            return {"ok": False, "error": getattr(exc, "message", str(exc))}
+        except asyncio.TimeoutError:
+            return {"ok": False, "error": "The send timed out."}
+        except Exception as exc:  # connection refused, DNS, ...
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        return {"ok": True, "receipt": receipt}
+
+    def preview(self, user: dict, channel_type: str, config: dict, event_type: str) -> dict:
+        """Render what a channel would send; raises ValueError on a bad template or input."""
+        channel = channels.get(channel_type)
+        if channel is None:
+            raise ValueError(f"channel_type must be one of: {', '.join(channels.CHANNELS)}.")
+        if event_type not in SAMPLE:
+            raise ValueError(f"event_type must be one of: {', '.join(SAMPLE)}.")
+        v = self.sample_vars(event_type, user)
+        if channel_type == "webhook":
+            cfg = {"headers": config.get("headers") or {},
+                   "body_template": str(config.get("body_template") or "")}
+            if not isinstance(cfg["headers"], dict):
+                raise ValueError("headers must be an object.")
+            return {"body": render_body(cfg, v), "variables": v}
+        return {"body": f"{v['title']}\n\n{v['content']}", "variables": v}
+
+    async def deliveries(self, flt: dict, page: int, size: int) -> dict:
+        """A page of delivery history, newest first; flt selects sub_id or user_id."""
+        coll = self.store.db.notify_outbox
+        total = await coll.count_documents(flt)
+        docs = await coll.find(flt).sort("created_at", -1).skip((page - 1) * size) \
+            .limit(size).to_list(size)
+        return {"items": [delivery_view(d) for d in docs], "total": total, "page": page,
+                "page_size": size}
+
+    async def announcements(self, page: int, size: int, marketing: bool) -> dict:
+        """Recent announcements, newest first; marketing ones only if marketing."""
+        coll = self.store.db.announcements
+        flt = {} if marketing else {"kind": "announcement"}
+        total = await coll.count_documents(flt)
+        docs = await coll.find(flt).sort("_id", -1).skip((page - 1) * size).limit(size) \
+            .to_list(size)
+        return {"items": [announcement_view(d) for d in docs], "total": total, "page": page,
+                "page_size": size}
+
+    async def announce(self, author: dict, title: str, content: str, kind: str) -> dict:
+        """Store an announcement, tell the console, and raise the event.
+
+        The event record (which carries the whole announcement) is written
+        first: if the process dies at any point after it, recovery both
+        stores the announcement and delivers it.
+        """
+        ann = {"_id": await self.store.next_id("announcements"), "title": title,
+               "content": content, "kind": kind, "created_at": store_now(),
+               "author_id": author["_id"]}
+        await self.events.raise_event(f"{kind}:{ann['_id']}", kind,
+                                      {"announcement": ann, "title": title, "content": content})
+        self.bus.publish("announcement", {"id": ann["_id"], "title": title, "content": content,
+                                          "kind": kind})
+        return ann
+
+
+def announcement_view(d: dict) -> dict:
+    return {"id": d["_id"], "title": d["title"], "content": d.get("content", ""),
+            "kind": d.get("kind", "announcement"), "created_at": d.get("created_at", 0)}
+
+
+def delivery_view(d: dict) -> dict:
+    status = "pending" if d["status"] == "sending" else d["status"]
+    return {"id": d["_id"], "subscription_id": d["sub_id"], "event_type": d["event_type"],
+            "title": d["title"],
+            "channel_type": d["channel_type"], "status": status,
+            "in_flight": d["status"] == "sending", "attempts": d.get("attempts", 0),
+            "last_error": d.get("last_error", ""), "receipt": d.get("receipt", ""),
+            "created_at": d.get("created_at"), "updated_at": d.get("updated_at"),
+            "next_attempt_at": d.get("next_at") if d["status"] == "pending" else None,
+            "sent_at": d.get("sent_at"), "failed_at": d.get("failed_at")}
+
+
+def install(app) -> None:
+    s = app.settings
+    notifier = Notifier(s["config"], s["store"], s["bus"], s["vault"],
+                        owner=s["catalog"].process_id, catalog=s["catalog"])
+    s["notifier"] = notifier
+
+    async def start(app) -> None:
+        await notifier.start()
+
+    async def stop(app) -> None:
+        await notifier.stop()
+    s["on_start"].append(start)
+    s["on_stop"].append(stop)

@@ -1,0 +1,174 @@
+"""Warnings from balance changes: crossing detection, the hourly throttle (with
+an injected clock) across two notifier "processes" sharing one database, and
+per-key targeting.  The rules are driven through the real Bus, as billing
+drives them, against the embedded MongoDB-compatible server."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from models.secrets import Vault
+from models.store import Store
+from notify.bus import Bus
+from notify.events import Events
+from notify.rules import Rules
+from notify.subscriptions import Subscriptions
+
+
+class Clock:
+    def __init__(self, t: float = 1_800_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Proc:
+    """One relay process's notification parts."""
+
+    def __init__(self, store, vault, clock):
+        self.bus = Bus()
+        self.subs = Subscriptions(store, vault, ttl=60)
+        self.events = Events(store, self.subs, clock=clock)
+        self.rules = Rules(self.subs, self.events)
+        self.rules.attach(self.bus)
+
+    async def settle(self, user_id, quota, token_id=None, remain=None):
+        self.bus.publish("balance", {"user_id": user_id, "quota": quota, "used_quota": 0})
+        if token_id is not None:
+            self.bus.publish("token_balance", {"user_id": user_id, "token_id": token_id,
+                                               "remain_quota": remain, "used_quota": 0})
+        await asyncio.sleep(0)
+        await self.rules.drain()
+
+
+async def setup(mongo_url):
+    store = Store(mongo_url, db_name="t_thr_" + uuid.uuid4().hex[:8])
+    await store.start()
+    vault = Vault("test-secret")
+    await store.db.users.insert_many([{"_id": 1, "username": "ann", "email": "a@x.test"},
+                                      {"_id": 2, "username": "bob", "email": "b@x.test"}])
+    await store.db.tokens.insert_many([{"_id": 11, "user_id": 1, "name": "k-one"},
+                                       {"_id": 12, "user_id": 1, "name": "k-two"},
+                                       {"_id": 13, "user_id": 1, "name": "k-three"}])
+    return store, vault
+
+
+def sub_body(**kw):
+    body = {"name": "s", "event_types": ["user_quota_warning", "key_quota_warning"],
+            "user_threshold": 1000, "key_threshold": 500, "channel_type": "webhook",
+            "channel_config": {"url": "http://127.0.0.1:9/x"}}
+    body.update(kw)
+    return body
+
+
+async def count(store, etype=None):
+    flt = {"type": etype} if etype else {}
+    return await store.db.notify_events.count_documents(flt)
+
+
+def test_crossing_many_times_in_an_hour_sends_one(mongo_url):
+    async def go():
+        store, vault = await setup(mongo_url)
+        clock = Clock()
+        p = Proc(store, vault, clock)
+        await p.subs.create({"_id": 1}, sub_body())
+        await p.settle(1, 5000)
+        assert await count(store) == 0
+        for low in (900, 800, 700):       # cross down, back up, down, ...
+            await p.settle(1, low)
+            await p.settle(1, 5000)
+        assert await count(store, "user_quota_warning") == 1
+        out = await store.db.notify_outbox.find({}).to_list(None)
+        assert len(out) == 1 and out[0]["vars"]["balance"] == 900
+        assert out[0]["vars"]["threshold"] == 1000 and out[0]["status"] == "pending"
+        await p.settle(1, 600)
+        await p.settle(1, 500)            # staying below is not a new crossing
+        clock.t += 3600                   # next hour: a new crossing is sent again
+        await p.settle(1, 400)
+        assert await count(store, "user_quota_warning") == 1
+        await p.settle(1, 5000)
+        await p.settle(1, 300)
+        assert await count(store, "user_quota_warning") == 2
+        await store.close()
+    asyncio.run(go())
+
+
+def test_hourly_limit_holds_across_processes(mongo_url):
+    async def go():
+        store, vault = await setup(mongo_url)
+        clock = Clock()
+        a, b = Proc(store, vault, clock), Proc(store, vault, clock)
+        await a.subs.create({"_id": 1}, sub_body())
+        # Both processes see the account cross in the same hour.
+        await asyncio.gather(a.settle(1, 900), b.settle(1, 800))
+        await asyncio.gather(a.settle(1, 5000), b.settle(1, 5000))
+        await asyncio.gather(a.settle(1, 100), b.settle(1, 50))
+        assert await count(store, "user_quota_warning") == 1
+        assert await store.db.notify_outbox.count_documents({}) == 1
+        await store.close()
+    asyncio.run(go())
+
+
+def test_key_warning_fires_for_the_key_that_crossed_only(mongo_url):
+    async def go():
+        store, vault = await setup(mongo_url)
+        clock = Clock()
+        p = Proc(store, vault, clock)
+        await p.subs.create({"_id": 1}, sub_body(event_types=["key_quota_warning"],
+                                                 key_ids=[11, 12]))
+        for tok in (11, 12, 13):
+            await p.settle(1, 10_000, tok, 2000)
+        await p.settle(1, 10_000, 12, 400)    # key 12 crosses
+        await p.settle(1, 10_000, 13, 100)    # key 13 crosses, but is not subscribed
+        await p.settle(1, 10_000, 11, 1500)   # key 11 stays above
+        events = await store.db.notify_events.find({}).to_list(None)
+        assert [(e["type"], e["payload"]["token_id"]) for e in events] == [
+            ("key_quota_warning", 12)]
+        out = await store.db.notify_outbox.find({}).to_list(None)
+        assert len(out) == 1 and out[0]["vars"]["key_name"] == "k-two"
+        assert "k-two" in out[0]["title"] and out[0]["vars"]["balance"] == 400
+        # Each key has its own hourly limit: key 11 crossing now is still sent.
+        await p.settle(1, 10_000, 11, 200)
+        assert await count(store, "key_quota_warning") == 2
+        assert await count(store, "user_quota_warning") == 0
+        await store.close()
+    asyncio.run(go())
+
+
+def test_disabled_or_other_users_subscriptions_get_nothing(mongo_url):
+    async def go():
+        store, vault = await setup(mongo_url)
+        p = Proc(store, vault, Clock())
+        await p.subs.create({"_id": 1}, sub_body(enabled=False))
+        await p.subs.create({"_id": 2}, sub_body())
+        await p.settle(1, 5000)
+        await p.settle(1, 10)
+        assert await count(store) == 0
+        await p.settle(2, 5000)
+        await p.settle(2, 10)
+        out = await store.db.notify_outbox.find({}).to_list(None)
+        assert [o["user_id"] for o in out] == [2]
+        await store.close()
+    asyncio.run(go())
+
+
+def test_unfinished_fan_out_is_recovered(mongo_url):
+    async def go():
+        store, vault = await setup(mongo_url)
+        clock = Clock()
+        p = Proc(store, vault, clock)
+        s = await p.subs.create({"_id": 1}, sub_body(event_types=["announcement"]))
+        # A process recorded the event and died before fanning it out.
+        await store.db.notify_events.insert_one({
+            "_id": "announcement:99", "type": "announcement", "created_at": clock(),
+            "fanned_out": False, "payload": {"title": "T", "content": "C", "announcement": {
+                "_id": 99, "title": "T", "content": "C", "kind": "announcement",
+                "created_at": 1}}})
+        assert await p.events.recover() == 1
+        assert (await store.db.announcements.find_one({"_id": 99}))["title"] == "T"
+        assert await p.events.recover() == 0
+        out = await store.db.notify_outbox.find({}).to_list(None)
+        assert [(o["_id"], o["title"]) for o in out] == [(f"announcement:99|{s['_id']}", "T")]
+        await store.close()
+    asyncio.run(go())
