@@ -120,7 +120,15 @@ def test_subscription_written_on_one_relay_is_used_by_another(fresh_relay, fake)
 
         def call():
             client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])
-        call()            # relay B now caches "no subscriptions" for this user
+        # relay B learns of the channel made on A through the invalidation poll
+        for _ in range(50):
+            try:
+                call()    # relay B now caches "no subscriptions" for this user
+                break
+            except openai.InternalServerError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("relay B never saw the channel created on relay A")
         time.sleep(1.0)
         subscribe(api, "webhook", {"url": f"{fake.url}/hook/ok/x{tag}"},
                   events=["key_quota_warning"], key_threshold=7500)
