@@ -1,0 +1,103 @@
+"""Vendor-native relay routes: Anthropic Messages and Gemini.
+
+Anthropic: POST /v1/messages (also /messages), /v1/messages/count_tokens.
+Gemini: POST /{v1beta,v1}/models/{model}:{method}; GET /v1beta/models[/{m}].
+Every route answers errors in its own family's body.  The routes with ':'
+never match the OpenAI /v1/models/{m} route, which excludes ':'.
+"""
+from __future__ import annotations
+
+import json
+
+from handlers.base import RelayHandler
+from relay.errors import RelayError
+from relay.faces import anthropic as aface
+from relay.faces import gemini as gface
+
+
+class _VendorRelay(RelayHandler):
+    face = None
+
+    async def relay(self, auth, call) -> None:
+        """Run the call through the service and write its answer."""
+        out = await self.ctx["service"].relay(call, auth, self, self.face, self.cancel)
+        if out.error is not None:
+            return self.send_error_body(out.error)
+        if call.stream:
+            if not self.closed:
+                self.finish()
+            return
+        self.set_header("Content-Type", "application/json")
+        if out.raw is not None:
+            self.finish(out.raw)
+        else:
+            self.finish(json.dumps(self.face.render(call, out.body), ensure_ascii=False))
+
+
+class MessagesHandler(_VendorRelay):
+    family = "anthropic"
+    face = aface
+
+    async def post(self) -> None:
+        auth = await self.auth()
+        call = aface.parse_messages(self.request_id, self.body,
+                                    self.request.headers.get("anthropic-beta"))
+        await self.relay(auth, call)
+
+
+class CountTokensHandler(RelayHandler):
+    family = "anthropic"
+
+    async def post(self) -> None:
+        auth = await self.auth()
+        model, n = aface.count_tokens(self.body)
+        self.ctx["service"].check_model(auth, model)
+        self.finish({"input_tokens": n})
+
+
+class GenerateHandler(_VendorRelay):
+    family = "gemini"
+    face = gface
+
+    async def post(self, model: str, method: str) -> None:
+        gface.check_method(method)
+        auth = await self.auth()
+        if method == "countTokens":
+            self.ctx["service"].check_model(auth, model)
+            self.finish({"totalTokens": gface.count_tokens(self.body, model)})
+            return
+        alt = self.get_query_argument("alt", None) or self.get_query_argument("$alt", "")
+        call = gface.parse(self.request_id, self.body, model, method,
+                           sse_mode=alt.split(";")[0] == "sse")
+        self.sse_mode = call.extra.get("sse", True)
+        await self.relay(auth, call)
+
+    def start(self, status: int, headers: dict) -> None:
+        if not getattr(self, "sse_mode", True):
+            headers = dict(headers, **{"Content-Type": "application/json; charset=utf-8"})
+        super().start(status, headers)
+
+
+class GeminiModelsHandler(RelayHandler):
+    family = "gemini"
+
+    async def get(self, model: str | None = None) -> None:
+        auth = await self.auth()
+        models = self.ctx["service"].models_for(auth)
+        if model is None:
+            self.finish(gface.model_list(models))
+            return
+        if model not in models:
+            raise RelayError(404, f"models/{model} is not found for this key.",
+                             "invalid_request_error", "model_not_found")
+        self.finish(gface.model_info(model))
+
+
+_G = r"/(?:v1beta|v1|v1alpha)"
+default_handlers = [
+    (r"(?:/v1)?/messages/count_tokens/?", CountTokensHandler),
+    (r"(?:/v1)?/messages/?", MessagesHandler),
+    (_G + r"/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)/?", GenerateHandler),
+    (r"/v1beta/models/?", GeminiModelsHandler),
+    (r"/v1beta/models/(?P<model>[^/:]+)/?", GeminiModelsHandler),
+]

@@ -1,0 +1,89 @@
+"""Anthropic Messages upstreams (type "anthropic"): POST {base}/v1/messages
+with x-api-key and anthropic-version.
+
+An Anthropic-format client's body goes through as it came (only the model
+is mapped), and its stream events are passed on byte for byte; any other
+client's call is converted from and to the OpenAI shape.
+
+Channel options: `anthropic_version` (default 2023-06-01), and
+`auth: "bearer"` for Anthropic-compatible upstreams that want
+`Authorization: Bearer` instead of `x-api-key`.
+"""
+from __future__ import annotations
+
+import json
+
+from relay import sse
+from relay.adaptors.base import Adaptor, Call, Chunk, StreamReader, UpstreamRequest, join_url
+from relay.convert import anthropic as conv
+from relay.convert.anthropic_stream import EventsToChunks
+from relay.convert.common import frame
+from relay.pricing import Usage
+
+DEFAULT_VERSION = "2023-06-01"
+
+
+class AnthropicStream(StreamReader):
+    def __init__(self, call: Call, passthrough: bool):
+        super().__init__()
+        self.parser = sse.SSEParser()
+        self.conv = EventsToChunks(call.model)
+        self.text_parts = self.conv.text_parts
+        self.passthrough = passthrough
+
+    def _events(self, events) -> list[Chunk]:
+        out = []
+        for ev in events:
+            try:
+                data = json.loads(ev.data)
+            except ValueError:
+                data = None
+            if self.passthrough:
+                # The client reads Anthropic: an error event reaches it as sent.
+                try:
+                    got = self.conv.feed(ev.event, data) if isinstance(data, dict) else []
+                except ValueError:
+                    got = []
+                out.append(Chunk(got[0] if got else None, frame(ev)))
+            elif isinstance(data, dict):
+                out += [Chunk(c) for c in self.conv.feed(ev.event, data)]
+            self.usage = self.conv.usage
+        return out
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        return self._events(self.parser.feed(data))
+
+    def finish(self) -> list[Chunk]:
+        return self._events(self.parser.flush())
+
+
+class AnthropicAdaptor(Adaptor):
+    type = "anthropic"
+    native = "anthropic"
+    endpoints = frozenset({"chat"})
+
+    def request(self, call: Call, channel) -> UpstreamRequest:
+        if call.face == self.native and call.native_body is not None:
+            body = dict(call.native_body)
+            body["model"] = call.upstream_model
+        else:
+            body = conv.request_from_openai(call.body, call.upstream_model,
+                                            int(call.extra.get("default_max_tokens", 4096)))
+        opts = channel.options or {}
+        headers = {"Content-Type": "application/json",
+                   "anthropic-version": opts.get("anthropic_version") or DEFAULT_VERSION}
+        if opts.get("auth") == "bearer":
+            headers["Authorization"] = f"Bearer {channel.key}"
+        else:
+            headers["x-api-key"] = channel.key
+        if call.face == self.native and call.extra.get("anthropic_beta"):
+            headers["anthropic-beta"] = call.extra["anthropic_beta"]
+        return UpstreamRequest("POST", join_url(channel.base_url, "/messages"), headers,
+                               json.dumps(body, ensure_ascii=False).encode())
+
+    def stream(self, call: Call) -> StreamReader:
+        return AnthropicStream(call, passthrough=call.face == self.native)
+
+    def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
+        doc = json.loads(body)
+        return conv.message_to_openai(doc, call.model), conv.usage_from(doc.get("usage"))

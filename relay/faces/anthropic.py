@@ -1,0 +1,73 @@
+"""The Anthropic face: Messages-format clients (the anthropic SDKs, coding
+agents) calling POST /v1/messages, answered in Anthropic's format whatever
+the channel speaks.
+
+Like the OpenAI face: `parse_messages` builds a Call in canonical OpenAI
+shape (keeping the client's own body for pass-through), `StreamWriter`
+writes Anthropic events, `render` converts a whole answer.
+"""
+from __future__ import annotations
+
+from relay import sse, tokenizer
+from relay.adaptors.base import Call, Chunk
+from relay.convert import anthropic as conv
+from relay.convert.anthropic_stream import ChunksToEvents
+from relay.errors import _ANTHROPIC_TYPE
+from relay.faces.openai import load_json, require_model
+
+FAMILY = "anthropic"
+
+
+def parse_messages(request_id: str, raw: bytes, beta: str | None = None) -> Call:
+    """POST /v1/messages -> Call.  Raises RelayError(400) on a bad body."""
+    doc = load_json(raw)
+    model = require_model(doc)
+    conv.validate(doc)
+    body = conv.request_to_openai(doc)
+    call = Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=body,
+                raw=raw, native_body=doc, stream=bool(doc.get("stream")))
+    if beta:
+        call.extra["anthropic_beta"] = beta
+    return call
+
+
+def count_tokens(raw: bytes) -> tuple[str, int]:
+    """POST /v1/messages/count_tokens -> (model, offline estimate of the
+    prompt's input tokens).  max_tokens is not required here."""
+    doc = load_json(raw)
+    model = require_model(doc)
+    conv.validate(dict(doc, max_tokens=1))
+    body = conv.request_to_openai(dict(doc, max_tokens=1))
+    return model, tokenizer.count_messages(body["messages"], model, body.get("tools"))
+
+
+class StreamWriter:
+    """OpenAI chunks -> Anthropic SSE events; an Anthropic upstream's own
+    events (chunk.raw) are written untouched."""
+
+    def __init__(self, call: Call):
+        self.call = call
+        self.conv = ChunksToEvents(call.model, int(call.extra.get("prompt_tokens", 0)))
+        self.passthrough = False
+
+    def write(self, chunk: Chunk) -> bytes:
+        if chunk.raw is not None:
+            self.passthrough = True
+            return chunk.raw
+        if chunk.data is None or self.passthrough:
+            return b""
+        return b"".join(sse.encode(d, name) for name, d in self.conv.feed(chunk.data))
+
+    def finish(self) -> bytes:
+        if self.passthrough:
+            return b""
+        return b"".join(sse.encode(d, name) for name, d in self.conv.finish())
+
+    def error(self, status: int, message: str) -> bytes:
+        """An error after the stream began travels as Anthropic's `error` event."""
+        return sse.encode({"type": "error", "error": {
+            "type": _ANTHROPIC_TYPE.get(status, "api_error"), "message": message}}, "error")
+
+
+def render(call: Call, doc: dict) -> dict:
+    return conv.message_from_openai(doc, call.model)
