@@ -78,19 +78,33 @@ class GenerateHandler(_VendorRelay):
         super().start(status, headers)
 
 
+async def vendor_models(handler: RelayHandler, model: str | None) -> bool:
+    """GET /v1/models from a Gemini or Anthropic client (told apart by its
+    key header), answered in that client's format.  Returns False when the
+    caller is neither, for the OpenAI handler to answer."""
+    h = handler.request.headers
+    if h.get("x-goog-api-key") or handler.get_query_argument("key", None):
+        handler.family = "gemini"
+    elif h.get("anthropic-version"):
+        handler.family = "anthropic"
+    else:
+        return False
+    auth = await handler.auth()
+    models = handler.ctx["service"].models_for(auth)
+    if model is not None and model not in models:
+        raise RelayError(404, f"The model '{model}' does not exist or this key may not use it.",
+                         "invalid_request_error", "model_not_found")
+    face = gface if handler.family == "gemini" else aface
+    handler.finish(face.model_list(models) if model is None else face.model_info(model))
+    return True
+
+
 class GeminiModelsHandler(RelayHandler):
     family = "gemini"
 
     async def get(self, model: str | None = None) -> None:
-        auth = await self.auth()
-        models = self.ctx["service"].models_for(auth)
-        if model is None:
-            self.finish(gface.model_list(models))
-            return
-        if model not in models:
-            raise RelayError(404, f"models/{model} is not found for this key.",
-                             "invalid_request_error", "model_not_found")
-        self.finish(gface.model_info(model))
+        if not await vendor_models(self, model):  # no key at all: Gemini's 401
+            await self.auth()
 
 
 _G = r"/(?:v1beta|v1|v1alpha)"

@@ -54,6 +54,7 @@ def test_native_passthrough_and_billing(env, old_style):
                             metadata={"user_id": "u-1"},
                             messages=[{"role": "user", "content": "hi"}])
     assert msg.content[0].text == "Hello from the fake Anthropic upstream."
+    assert msg.model == "anthropic-model" and msg.id == "msg_fake01"
     assert msg.usage.input_tokens == 21 and msg.usage.cache_read_input_tokens == 4
     assert len(env.anthropic.requests) == n0 + 1
     up = last(env.anthropic)
@@ -95,8 +96,7 @@ def test_native_stream_with_tools_exact_events(env):
     env.check_billed(tok, prompt=25, completion=7, cached=4, n=2)
 
 
-def test_native_raw_bytes_untouched(env):
-    """The stream the client reads is the upstream's, byte for byte."""
+def test_native_stream_event_sequence_and_rename(env):
     tok = env.token()
     r = requests.post(env.relay.url + "/v1/messages", stream=True, timeout=30,
                       headers={"x-api-key": tok["key"], "anthropic-version": "2023-06-01"},
@@ -104,15 +104,34 @@ def test_native_raw_bytes_untouched(env):
                             "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 200
     assert r.headers["Content-Type"].startswith("text/event-stream")
-    body = r.content.decode()
-    blocks = [b for b in body.split("\n\n") if b.strip()]
+    blocks = [b for b in r.content.decode().split("\n\n") if b.strip()]
     names = [b.split("\n")[0] for b in blocks]
     assert names == ["event: message_start", "event: content_block_start", "event: ping",
                      "event: content_block_delta", "event: content_block_delta",
                      "event: content_block_delta", "event: content_block_stop",
                      "event: message_delta", "event: message_stop"]
     start = json.loads(blocks[0].split("data: ", 1)[1])
-    assert start["message"]["model"] == "anthropic-upstream-model"  # as the upstream sent it
+    # The one change on the way back: the mapped model is renamed to the public one.
+    assert start["message"]["model"] == "anthropic-model"
+
+
+def test_native_unmapped_bytes_untouched(env):
+    """Without a model mapping the client reads the upstream's bytes exactly."""
+    env.channel("anthropic", "claude-plain")
+    tok = env.token()
+    body = {"model": "claude-plain", "max_tokens": 50, "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+    via = requests.post(env.relay.url + "/v1/messages", json=body, timeout=30,
+                        headers={"x-api-key": tok["key"], "anthropic-version": "2023-06-01"})
+    direct = requests.post(env.anthropic.url + "/v1/messages", json=body, timeout=30,
+                           headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    assert via.content == direct.content and len(via.content) > 500
+    body["stream"] = False
+    via = requests.post(env.relay.url + "/v1/messages", json=body, timeout=30,
+                        headers={"x-api-key": tok["key"], "anthropic-version": "2023-06-01"})
+    direct = requests.post(env.anthropic.url + "/v1/messages", json=body, timeout=30,
+                           headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    assert via.content == direct.content
 
 
 def test_stop_sequences_and_max_tokens_native(env):

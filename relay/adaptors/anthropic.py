@@ -86,4 +86,6 @@ class AnthropicAdaptor(Adaptor):
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
         doc = json.loads(body)
+        if call.face == self.native:
+            call.extra["native_answer"] = doc  # rendered as it is, only renamed
         return conv.message_to_openai(doc, call.model), conv.usage_from(doc.get("usage"))

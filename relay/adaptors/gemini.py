@@ -98,6 +98,8 @@ class GeminiAdaptor(Adaptor):
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
         doc = json.loads(body)
+        if call.face == self.native:
+            call.extra["native_answer"] = doc  # rendered as it is, only renamed
         if call.endpoint == "embeddings":
             return embed.response_to_openai(doc, call.model, call.body.get("encoding_format"),
                                             int(call.extra.get("prompt_tokens", 0))), None

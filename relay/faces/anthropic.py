@@ -8,10 +8,13 @@ writes Anthropic events, `render` converts a whole answer.
 """
 from __future__ import annotations
 
+import json
+
 from relay import sse, tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import ChunksToEvents
+from relay.convert.common import sse_payload
 from relay.errors import _ANTHROPIC_TYPE
 from relay.faces.openai import load_json, require_model
 
@@ -53,6 +56,12 @@ class StreamWriter:
     def write(self, chunk: Chunk) -> bytes:
         if chunk.raw is not None:
             self.passthrough = True
+            if self.call.upstream_model != self.call.model and \
+                    chunk.raw.startswith(b"event: message_start"):
+                # The model name is the one thing renamed on the way back.
+                doc = json.loads(sse_payload(chunk.raw))
+                doc.get("message", {})["model"] = self.call.model
+                return sse.encode(doc, "message_start")
             return chunk.raw
         if chunk.data is None or self.passthrough:
             return b""
@@ -70,4 +79,20 @@ class StreamWriter:
 
 
 def render(call: Call, doc: dict) -> dict:
+    """The whole answer: an Anthropic upstream's own message (renamed to the
+    public model), else the OpenAI-shaped one converted."""
+    native = call.extra.get("native_answer")
+    if isinstance(native, dict):
+        return dict(native, model=call.model)
     return conv.message_from_openai(doc, call.model)
+
+
+def model_info(model: str) -> dict:
+    return {"type": "model", "id": model, "display_name": model,
+            "created_at": "2025-01-01T00:00:00Z"}
+
+
+def model_list(models: list[str]) -> dict:
+    data = [model_info(m) for m in models]
+    return {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None}

@@ -7,7 +7,9 @@ written element by element (what the legacy REST transport reads).
 """
 from __future__ import annotations
 
-from relay import sse, tokenizer
+import json
+
+from relay import tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import gemini as conv
 from relay.convert import gemini_embed as embed
@@ -84,6 +86,12 @@ class StreamWriter:
     def write(self, chunk: Chunk) -> bytes:
         if chunk.raw is not None:
             self.passthrough = True
+            if self.call.upstream_model != self.call.model:
+                # The model name is the one thing renamed on the way back.
+                doc = json.loads(sse_payload(chunk.raw))
+                if "modelVersion" in doc:
+                    doc["modelVersion"] = self.call.model
+                return self._out(dumps(doc).encode())
             return chunk.raw if self.sse else self._out(sse_payload(chunk.raw))
         if chunk.data is None or self.passthrough:
             return b""
@@ -104,6 +112,11 @@ class StreamWriter:
 
 
 def render(call: Call, doc: dict) -> dict:
+    """The whole answer: a Gemini upstream's own (renamed to the public
+    model), else the OpenAI-shaped one converted."""
+    native = call.extra.get("native_answer")
+    if isinstance(native, dict):
+        return dict(native, modelVersion=call.model) if "modelVersion" in native else native
     if call.endpoint == "embeddings":
         return embed.response_from_openai(doc, call.extra.get("gemini_method", "embedContent"))
     return conv.response_from_openai(doc, call.model)

@@ -195,6 +195,10 @@ class FakeGemini(FakeOpenAI):
         self.usage = {"promptTokenCount": 12, "candidatesTokenCount": 5,
                       "cachedContentTokenCount": 3}
 
+    def record(self, request, body, mode):
+        super().record(request, body, mode)
+        self.requests[-1]["query"] = request.query
+
     def routes(self):
         kw = {"fake": self}
         p = r"(?:/mode/(?P<mode>[a-z0-9_]+))?/(?P<version>v1beta|v1)"
