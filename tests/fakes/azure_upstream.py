@@ -46,6 +46,10 @@ class AzureEmbeddings(_AzureMixin, oa.EmbeddingsHandler):
 
 
 class FakeAzure(oa.FakeOpenAI):
+    def record(self, request, body, mode):
+        super().record(request, body, mode)
+        self.requests[-1]["query"] = request.query
+
     def routes(self):
         kw = {"fake": self}
         p = r"(?:/mode/(?P<mode>[a-z0-9]+))?/openai"
