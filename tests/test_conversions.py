@@ -12,7 +12,7 @@ from relay.convert import anthropic as ac
 from relay.convert import gemini as gc
 from relay.convert import gemini_embed as ge
 from relay.convert.anthropic_stream import ChunksToEvents, EventsToChunks
-from relay.convert.common import chunk, frame, sse_payload
+from relay.convert.common import RawEvents, chunk, sse_payload
 from relay.convert.gemini_stream import ChunksToStream, StreamToChunks
 from relay.errors import RelayError
 from relay.faces import anthropic as aface
@@ -403,18 +403,26 @@ def test_gemini_writer_json_array_and_error():
     assert json.loads(w2.finish())[0]["candidates"][0]["finishReason"] == "STOP"
     # A Gemini upstream's own SSE event becomes an array element unchanged.
     w3 = gface.StreamWriter(call)
-    raw = frame(sse.Event('{"candidates": [], "modelVersion": "pub"}'))
+    raw = b'data: {"candidates": [], "modelVersion": "pub"}\r\n\r\n'
     assert json.loads(w3.write(Chunk(None, raw)) + w3.finish()) == [
         {"candidates": [], "modelVersion": "pub"}]
 
 
-def test_frame_round_trip_multiline():
-    ev = sse.Event('{"a":\n1}', "message_start")
-    raw = frame(ev)
-    assert raw == b'event: message_start\ndata: {"a":\ndata: 1}\n\n'
-    assert sse_payload(raw) == b'{"a":\n1}'
-    parsed = list(sse.SSEParser().feed(raw))
-    assert parsed[0].data == ev.data and parsed[0].event == ev.event
+def test_raw_events_keep_exact_bytes_across_any_split():
+    stream = (b'event: message_start\ndata: {"a":\ndata: 1}\n\n'
+              b': keepalive\n\n'
+              b'data: {"b": 2}\r\n\r\n'
+              b'data: {"c": 3}')
+    for cut in range(1, len(stream)):
+        r = RawEvents()
+        got = r.feed(stream[:cut]) + r.feed(stream[cut:]) + r.flush()
+        assert b"".join(raw for raw, _ in got) == stream
+        evs = [ev for _, ev in got]
+        assert evs[0].event == "message_start" and evs[0].data == '{"a":\n1}'
+        assert evs[1] is None and evs[2].data == '{"b": 2}' and evs[3].data == '{"c": 3}'
+    assert sse_payload(b'event: x\r\ndata: {"a":\r\ndata: 1}\r\n\r\n') == b'{"a":\n1}'
+    with pytest.raises(ValueError):
+        RawEvents(max_event=10).feed(b"data: " + b"x" * 20)
 
 
 # ---- embeddings --------------------------------------------------------------------

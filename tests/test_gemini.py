@@ -98,6 +98,20 @@ def test_native_stream_json_array_legacy(env):
     env.check_billed(tok, prompt=12, completion=5, cached=3)
 
 
+def test_native_unmapped_bytes_untouched(env):
+    """Without a model mapping a Gemini client reads the upstream's bytes."""
+    env.channel("gemini", "gemini-plain")
+    tok = env.token()
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    for method in ("streamGenerateContent?alt=sse", "generateContent"):
+        via = requests.post(f"{env.relay.url}/v1beta/models/gemini-plain:{method}", json=body,
+                            headers={"x-goog-api-key": tok["key"]}, timeout=30)
+        direct = requests.post(f"{env.gemini.url}/v1beta/models/gemini-plain:{method}",
+                               json=body, headers={"x-goog-api-key": "k"}, timeout=30)
+        assert via.status_code == 200 and via.content == direct.content
+    assert b"\r\n\r\n" in direct.content or method == "generateContent"
+
+
 def test_json_array_from_openai_channel(env):
     tok = env.token()
     r = requests.post(f"{env.relay.url}/v1beta/models/openai-model:streamGenerateContent",

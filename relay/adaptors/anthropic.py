@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 
-from relay import sse
 from relay.adaptors.base import Adaptor, Call, Chunk, StreamReader, UpstreamRequest, join_url
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import EventsToChunks
-from relay.convert.common import frame
+from relay.convert.common import RawEvents
 from relay.pricing import Usage
 
 DEFAULT_VERSION = "2023-06-01"
@@ -26,35 +25,37 @@ DEFAULT_VERSION = "2023-06-01"
 class AnthropicStream(StreamReader):
     def __init__(self, call: Call, passthrough: bool):
         super().__init__()
-        self.parser = sse.SSEParser()
+        self.events = RawEvents()
         self.conv = EventsToChunks(call.model)
         self.text_parts = self.conv.text_parts
         self.passthrough = passthrough
 
     def _events(self, events) -> list[Chunk]:
         out = []
-        for ev in events:
-            try:
-                data = json.loads(ev.data)
-            except ValueError:
-                data = None
+        for raw, ev in events:
+            data = None
+            if ev is not None:
+                try:
+                    data = json.loads(ev.data)
+                except ValueError:
+                    pass
             if self.passthrough:
-                # The client reads Anthropic: an error event reaches it as sent.
+                # The client reads Anthropic: even an error event reaches it as sent.
                 try:
                     got = self.conv.feed(ev.event, data) if isinstance(data, dict) else []
                 except ValueError:
                     got = []
-                out.append(Chunk(got[0] if got else None, frame(ev)))
+                out.append(Chunk(got[0] if got else None, raw))
             elif isinstance(data, dict):
                 out += [Chunk(c) for c in self.conv.feed(ev.event, data)]
             self.usage = self.conv.usage
         return out
 
     def feed(self, data: bytes) -> list[Chunk]:
-        return self._events(self.parser.feed(data))
+        return self._events(self.events.feed(data))
 
     def finish(self) -> list[Chunk]:
-        return self._events(self.parser.flush())
+        return self._events(self.events.flush())
 
 
 class AnthropicAdaptor(Adaptor):

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from relay import sse
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
                                  generic_error, join_url)
 from relay.convert import gemini as conv
 from relay.convert import gemini_embed as embed
-from relay.convert.common import frame
+from relay.convert.common import RawEvents
 from relay.convert.gemini_stream import StreamToChunks
 from relay.errors import RelayError
 from relay.pricing import Usage
@@ -25,36 +24,35 @@ from relay.pricing import Usage
 class GeminiStream(StreamReader):
     def __init__(self, call: Call, passthrough: bool):
         super().__init__()
-        self.parser = sse.SSEParser()
+        self.events = RawEvents()
         self.conv = StreamToChunks(call.model)
         self.text_parts = self.conv.text_parts
         self.passthrough = passthrough
 
     def _events(self, events) -> list[Chunk]:
         out = []
-        for ev in events:
+        for raw, ev in events:
             try:
-                doc = json.loads(ev.data)
+                doc = json.loads(ev.data) if ev is not None else None
             except ValueError:
-                continue
-            if not isinstance(doc, dict):
-                continue
+                doc = None
             if self.passthrough:
-                try:
-                    self.conv.feed(doc)
-                except ValueError:
-                    pass  # an error object: the Gemini client reads it as sent
-                out.append(Chunk(None, frame(ev)))
-            else:
+                if isinstance(doc, dict):
+                    try:
+                        self.conv.feed(doc)
+                    except ValueError:
+                        pass  # an error object: the Gemini client reads it as sent
+                    out.append(Chunk(None, raw))
+            elif isinstance(doc, dict):
                 out += [Chunk(c) for c in self.conv.feed(doc)]
             self.usage = self.conv.usage
         return out
 
     def feed(self, data: bytes) -> list[Chunk]:
-        return self._events(self.parser.feed(data))
+        return self._events(self.events.feed(data))
 
     def finish(self) -> list[Chunk]:
-        out = self._events(self.parser.flush())
+        out = self._events(self.events.flush())
         if not self.passthrough:
             out += [Chunk(c) for c in self.conv.finish()]
         return out

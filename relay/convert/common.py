@@ -71,17 +71,57 @@ def dumps(doc: Any) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
-def frame(ev: sse.Event) -> bytes:
-    """A parsed event back on the wire, its data lines as they were."""
-    head = f"event: {ev.event}\n" if ev.event else ""
-    return (head + "".join(f"data: {line}\n" for line in ev.data.split("\n")) + "\n").encode()
-
-
 def sse_payload(raw: bytes) -> bytes:
-    """The data of one framed event (what `frame` wrote)."""
+    """The data of one event's bytes, its data lines joined."""
     out = []
     for ln in raw.split(b"\n"):
+        ln = ln.rstrip(b"\r")
         if ln.startswith(b"data:"):
             ln = ln[5:]
             out.append(ln[1:] if ln.startswith(b" ") else ln)
     return b"\n".join(out)
+
+
+class RawEvents:
+    """Splits a byte stream into server-sent events like sse.SSEParser, but
+    keeps each event's exact bytes, so that a pass-through stream reaches
+    the client byte for byte (framing, spacing, CRLFs and all)."""
+
+    def __init__(self, max_event: int = 16 * 1024 * 1024):
+        self._buf = b""
+        self.max_event = max_event
+
+    @staticmethod
+    def _boundary(buf: bytes) -> int:
+        """End of the first complete event (after its blank line), or -1."""
+        best = -1
+        for sep in (b"\r\n\r\n", b"\n\n", b"\r\r"):
+            i = buf.find(sep)
+            if i >= 0 and (best < 0 or i + len(sep) < best):
+                best = i + len(sep)
+        return best
+
+    @staticmethod
+    def _parse(raw: bytes) -> "sse.Event | None":
+        p = sse.SSEParser()
+        got = list(p.feed(raw)) + list(p.flush())
+        return got[0] if got else None
+
+    def feed(self, data: bytes) -> list[tuple[bytes, sse.Event]]:
+        """Complete events so far as (exact bytes, parsed event); comment-only
+        blocks (keepalives) come back with their bytes and event None."""
+        self._buf += data
+        out = []
+        while True:
+            end = self._boundary(self._buf)
+            if end < 0:
+                if len(self._buf) > self.max_event:
+                    raise ValueError("server-sent event larger than the limit")
+                return out
+            raw, self._buf = self._buf[:end], self._buf[end:]
+            out.append((raw, self._parse(raw)))
+
+    def flush(self) -> list[tuple[bytes, sse.Event]]:
+        """What is left when the stream ends without a final blank line."""
+        raw, self._buf = self._buf, b""
+        return [(raw, self._parse(raw))] if raw.strip() else []
