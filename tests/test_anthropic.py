@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import anthropic
 import openai
 import pytest
 import requests
 
-from tests.vendor_env import Env
+from tests.vendor_env import Env, expected_units
 
 pytestmark = pytest.mark.slow
 
@@ -385,3 +386,30 @@ def test_upstream_failures(env):
     # The part that streamed is billed (input from message_start).
     rec = env.logs(tok["id"], 2)[-1]
     assert rec["prompt_tokens"] == 25 and rec["quota"] > 0
+
+
+def test_client_gone_mid_stream_is_billed_for_what_streamed(env):
+    env.channel("anthropic", "claude-slow", mode="slow")
+    tok = env.token()
+    r = requests.post(env.relay.url + "/v1/messages", stream=True, timeout=30,
+                      headers={"x-api-key": tok["key"]},
+                      json={"model": "claude-slow", "max_tokens": 50, "stream": True,
+                            "messages": [{"role": "user", "content": "hi"}]})
+    seen = []
+    for line in r.iter_lines():
+        if line.startswith(b"event: "):
+            seen.append(line[7:].decode())
+        if seen.count("content_block_delta") == 1:
+            break
+    r.close()  # the client goes away before message_delta
+    rec = env.logs(tok["id"])[-1]
+    assert rec["status"] == 499 and rec["estimated"] is True
+    # Input exactly as the upstream reported it; output counted from the text sent.
+    assert rec["prompt_tokens"] == 25 and rec["cached_tokens"] == 4
+    assert 1 <= rec["completion_tokens"] < 7
+    assert rec["quota"] == expected_units(rec["prompt_tokens"], rec["completion_tokens"],
+                                          rec["cached_tokens"])
+    deadline = time.monotonic() + 10
+    while not env.anthropic.requests[-1].get("aborted"):
+        assert time.monotonic() < deadline, "the upstream call was not cancelled"
+        time.sleep(0.1)

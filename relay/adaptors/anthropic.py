@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from relay import tokenizer
 from relay.adaptors.base import Adaptor, Call, Chunk, StreamReader, UpstreamRequest, join_url
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import EventsToChunks
@@ -29,6 +30,21 @@ class AnthropicStream(StreamReader):
         self.conv = EventsToChunks(call.model)
         self.text_parts = self.conv.text_parts
         self.passthrough = passthrough
+
+    @property
+    def usage(self) -> Usage | None:
+        """Exact once message_delta arrived.  A stream cut before it (client
+        gone, upstream reset) has the exact input from message_start, and
+        the output is counted from what was actually streamed."""
+        u = self.conv.usage
+        if u is None or self.conv.final:
+            return u
+        out = max(u.completion_tokens, tokenizer.count_text(self.text, self.conv.model))
+        return Usage(u.prompt_tokens, out, u.cached_tokens, estimated=True)
+
+    @usage.setter
+    def usage(self, value) -> None:
+        pass  # derived from the events, see above
 
     def _events(self, events) -> list[Chunk]:
         out = []
@@ -48,7 +64,6 @@ class AnthropicStream(StreamReader):
                 out.append(Chunk(got[0] if got else None, raw))
             elif isinstance(data, dict):
                 out += [Chunk(c) for c in self.conv.feed(ev.event, data)]
-            self.usage = self.conv.usage
         return out
 
     def feed(self, data: bytes) -> list[Chunk]:

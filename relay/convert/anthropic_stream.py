@@ -22,6 +22,7 @@ class EventsToChunks:
         self.usage_doc: dict = {}
         self.tool_index: dict[int, int] = {}
         self.text_parts: list[str] = []
+        self.final = False  # message_delta (with the final output count) seen
 
     @property
     def usage(self) -> Usage | None:
@@ -69,6 +70,7 @@ class EventsToChunks:
                 return [self._chunk({"reasoning_content": delta["thinking"]})]
             return []
         if kind == "message_delta":
+            self.final = True
             self.usage_doc.update({k: v for k, v in (data.get("usage") or {}).items()
                                    if v is not None})
             stop = (data.get("delta") or {}).get("stop_reason")

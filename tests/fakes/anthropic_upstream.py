@@ -25,6 +25,7 @@ import socket
 import struct
 
 import tornado.web
+from tornado.iostream import StreamClosedError
 
 from tests.fakes.openai_upstream import FakeOpenAI
 
@@ -56,6 +57,8 @@ class MessagesHandler(tornado.web.RequestHandler):
         except ValueError:
             b = {"_raw": self.request.body[:200].decode(errors="replace")}
         self.fake.record(self.request, b, mode)
+        self.rec = self.fake.requests[-1]
+        self.rec.setdefault("aborted", False)
         h = self.request.headers
         key = h.get("x-api-key") or (h.get("Authorization", "")[7:]
                                      if h.get("Authorization", "").startswith("Bearer ") else "")
@@ -167,7 +170,11 @@ class MessagesHandler(tornado.web.RequestHandler):
                     "type": "overloaded_error", "message": "Overloaded"}}))
                 return self.finish()
             self.write(_sse(name, data))
-            await self.flush()
+            try:
+                await self.flush()
+            except StreamClosedError:  # the relay cancelled us
+                self.rec["aborted"] = True
+                return
         self.finish()
 
 

@@ -48,7 +48,9 @@ class AzureEmbeddings(_AzureMixin, oa.EmbeddingsHandler):
 class FakeAzure(oa.FakeOpenAI):
     def record(self, request, body, mode):
         super().record(request, body, mode)
-        self.requests[-1]["query"] = request.query
+        rec = self.requests[-1]
+        rec["query"] = request.query
+        return rec
 
     def routes(self):
         kw = {"fake": self}

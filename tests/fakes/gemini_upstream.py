@@ -197,7 +197,9 @@ class FakeGemini(FakeOpenAI):
 
     def record(self, request, body, mode):
         super().record(request, body, mode)
-        self.requests[-1]["query"] = request.query
+        rec = self.requests[-1]
+        rec["query"] = request.query
+        return rec
 
     def routes(self):
         kw = {"fake": self}
