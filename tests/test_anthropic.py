@@ -413,3 +413,24 @@ def test_client_gone_mid_stream_is_billed_for_what_streamed(env):
     while not env.anthropic.requests[-1].get("aborted"):
         assert time.monotonic() < deadline, "the upstream call was not cancelled"
         time.sleep(0.1)
+
+
+def test_mid_stream_error_reaches_converted_clients(env):
+    """An Anthropic error event mid-stream, read by an OpenAI client and by a
+    Gemini client: each gets an error in its own format, and the part that
+    streamed is billed."""
+    env.channel("anthropic", "claude-err-conv", mode="error_event")
+    tok = env.token()
+    oc = openai.OpenAI(api_key=tok["key"], base_url=env.relay.url + "/v1", max_retries=0)
+    with pytest.raises(openai.APIError) as ei:
+        for _ in oc.chat.completions.create(model="claude-err-conv", stream=True,
+                                            messages=[{"role": "user", "content": "hi"}]):
+            pass
+    assert "Overloaded" in str(ei.value)
+    r = requests.post(env.relay.url + "/v1beta/models/claude-err-conv:streamGenerateContent",
+                      headers={"x-goog-api-key": tok["key"]}, timeout=30,
+                      json={"contents": [{"parts": [{"text": "hi"}]}]})
+    arr = r.json()  # still one well-formed JSON array
+    assert "Overloaded" in arr[-1]["error"]["message"]
+    recs = env.logs(tok["id"], 2)
+    assert all(x["prompt_tokens"] == 25 and x["estimated"] for x in recs)

@@ -171,8 +171,9 @@ def test_events_to_chunks():
     # message_delta's totals replace message_start's; cache reads stay.
     assert out[6]["usage"]["prompt_tokens"] == 10 and out[6]["usage"]["completion_tokens"] == 9
     assert conv.usage == Usage(10, 9, 2)
-    with pytest.raises(ValueError):
-        conv.feed("error", {"type": "error", "error": {"type": "overloaded_error"}})
+    err = conv.feed("error", {"type": "error", "error": {"type": "overloaded_error",
+                                                         "message": "Overloaded"}})
+    assert err[0]["error"]["type"] == "overloaded_error" and "Overloaded" in err[0]["error"]["message"]
 
 
 def test_chunks_to_events_blocks_and_indexes():
@@ -212,6 +213,18 @@ def test_chunks_to_events_blocks_and_indexes():
     assert delta["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
     assert delta["usage"] == {"input_tokens": 32, "output_tokens": 6,
                               "cache_read_input_tokens": 8, "cache_creation_input_tokens": 0}
+
+
+def test_error_chunk_ends_converted_streams():
+    conv = ChunksToEvents("m")
+    evs = conv.feed(chunk("c", "m", {"content": "x"}))
+    evs += conv.feed({"error": {"message": "boom", "type": "rate_limit_error"}})
+    assert evs[-1] == ("error", {"type": "error", "error": {"type": "rate_limit_error",
+                                                           "message": "boom"}})
+    assert conv.feed(chunk("c", "m", {"content": "y"})) == [] and conv.finish() == []
+    g = ChunksToStream("m")
+    assert g.feed({"error": {"message": "boom"}})[0]["error"]["message"] == "boom"
+    assert g.finish() == []
 
 
 def test_chunks_to_events_empty_stream_is_still_complete():
@@ -370,8 +383,8 @@ def test_gemini_stream_to_chunks():
     assert b[1]["choices"][0]["finish_reason"] == "tool_calls"
     end = conv.finish()
     assert end[0]["choices"] == [] and end[0]["usage"]["completion_tokens"] == 4
-    with pytest.raises(ValueError):
-        conv.feed({"error": {"code": 503, "message": "overloaded"}})
+    err = conv.feed({"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}})
+    assert "overloaded" in err[0]["error"]["message"] and err[0]["error"]["code"] == "UNAVAILABLE"
 
 
 def test_chunks_to_gemini_stream_holds_tool_calls_until_complete():

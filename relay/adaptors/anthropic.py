@@ -56,11 +56,7 @@ class AnthropicStream(StreamReader):
                 except ValueError:
                     pass
             if self.passthrough:
-                # The client reads Anthropic: even an error event reaches it as sent.
-                try:
-                    got = self.conv.feed(ev.event, data) if isinstance(data, dict) else []
-                except ValueError:
-                    got = []
+                got = self.conv.feed(ev.event, data) if isinstance(data, dict) else []
                 out.append(Chunk(got[0] if got else None, raw))
             elif isinstance(data, dict):
                 out += [Chunk(c) for c in self.conv.feed(ev.event, data)]

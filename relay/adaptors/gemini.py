@@ -38,10 +38,7 @@ class GeminiStream(StreamReader):
                 doc = None
             if self.passthrough:
                 if isinstance(doc, dict):
-                    try:
-                        self.conv.feed(doc)
-                    except ValueError:
-                        pass  # an error object: the Gemini client reads it as sent
+                    self.conv.feed(doc)
                     out.append(Chunk(None, raw))
             elif isinstance(doc, dict):
                 out += [Chunk(c) for c in self.conv.feed(doc)]

@@ -6,8 +6,14 @@ time; neither buffers more than the tool-call bookkeeping.
 from __future__ import annotations
 
 from relay.convert.anthropic import FINISH_TO_STOP, STOP_TO_FINISH, usage_from, usage_to_from_openai
-from relay.convert.common import chunk, new_id, usage_chunk
+from relay.convert.common import chunk, error_chunk, new_id, usage_chunk
 from relay.pricing import Usage
+
+
+# OpenAI-style error types -> Anthropic's (Anthropic's own pass as they are).
+ERROR_TYPES = {"overloaded_error": "overloaded_error", "rate_limit_error": "rate_limit_error",
+               "api_error": "api_error", "invalid_request_error": "invalid_request_error",
+               "upstream_error": "api_error", "server_error": "api_error"}
 
 
 class EventsToChunks:
@@ -33,7 +39,7 @@ class EventsToChunks:
 
     def feed(self, name: str, data: dict) -> list[dict]:
         """One event (its `event:` name and parsed data) -> 0..n chunks.
-        Raises ValueError on an `error` event: the stream cannot go on."""
+        An `error` event becomes an error chunk (see common.error_chunk)."""
         kind = data.get("type") or name
         if kind == "message_start":
             msg = data.get("message") or {}
@@ -85,7 +91,8 @@ class EventsToChunks:
                 "prompt_tokens_details": {"cached_tokens": u.cached_tokens}})]
         if kind == "error":
             err = data.get("error") or {}
-            raise ValueError(f"upstream stream error: {err.get('type')}: {err.get('message')}")
+            return [error_chunk(f"The upstream failed mid-stream: {err.get('message')}",
+                                err.get("type") or "api_error")]
         return []  # ping and event types we do not know
 
 
@@ -103,6 +110,7 @@ class ChunksToEvents:
         self.tools: dict[int, int] = {}      # OpenAI tool index -> block index
         self.stop: str | None = None
         self.usage: dict | None = None
+        self.failed = False
 
     def _start(self) -> list[tuple[str, dict]]:
         self.started = True
@@ -127,8 +135,17 @@ class ChunksToEvents:
                                                "content_block": block})]
 
     def feed(self, doc: dict) -> list[tuple[str, dict]]:
-        """One OpenAI chunk -> 0..n (event name, data) pairs."""
+        """One OpenAI chunk -> 0..n (event name, data) pairs.  An error chunk
+        becomes Anthropic's `error` event, and the stream ends there."""
+        if self.failed:
+            return []
         out = [] if self.started else self._start()
+        if isinstance(doc.get("error"), dict):
+            self.failed = True
+            err = doc["error"]
+            return out + [("error", {"type": "error", "error": {
+                "type": ERROR_TYPES.get(err.get("type"), "api_error"),
+                "message": str(err.get("message") or "The upstream failed.")}})]
         if doc.get("usage"):
             self.usage = doc["usage"]
         for choice in doc.get("choices") or ():
@@ -164,6 +181,8 @@ class ChunksToEvents:
 
     def finish(self) -> list[tuple[str, dict]]:
         """The closing events, once the upstream ended cleanly."""
+        if self.failed:
+            return []
         out = [] if self.started else self._start()
         out += self._close()
         usage = usage_to_from_openai(self.usage) if self.usage else {

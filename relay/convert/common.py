@@ -27,6 +27,13 @@ def usage_chunk(cid: str, model: str, usage: dict, created: int | None = None) -
             "model": model, "choices": [], "usage": usage}
 
 
+def error_chunk(message: str, type_: str = "upstream_error", code=None) -> dict:
+    """An error in the middle of a stream, as OpenAI itself sends one (a
+    chunk with an `error` object); each face's writer renders it in its own
+    format and ends the stream there."""
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+
 def openai_usage(prompt: int, completion: int, cached: int = 0) -> dict:
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,

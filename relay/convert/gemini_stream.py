@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from relay.convert.common import chunk, new_id, parse_args, usage_chunk
+from relay.convert.common import chunk, error_chunk, new_id, parse_args, usage_chunk
 from relay.convert.gemini import FINISH_TO_GEMINI, finish_from, usage_from, usage_meta
 from relay.pricing import Usage
 
@@ -29,10 +29,12 @@ class StreamToChunks:
         return usage_from(self.meta)
 
     def feed(self, doc: dict) -> list[dict]:
-        """One streamed response -> 0..n chunks.  Raises ValueError when the
-        upstream sent an error object in the stream."""
+        """One streamed response -> 0..n chunks.  An error object in the
+        stream becomes an error chunk (see common.error_chunk)."""
         if isinstance(doc.get("error"), dict):
-            raise ValueError(f"upstream stream error: {doc['error'].get('message')}")
+            err = doc["error"]
+            return [error_chunk(f"The upstream failed mid-stream: {err.get('message')}",
+                                "upstream_error", err.get("status"))]
         out = []
         if not self.started:
             self.started = True
@@ -80,6 +82,7 @@ class ChunksToStream:
         self.calls: dict[int, dict] = {}
         self.finish_reason: str | None = None
         self.usage: dict | None = None
+        self.failed = False
 
     def _resp(self, parts: list[dict], finish: str | None = None) -> dict:
         cand: dict = {"content": {"role": "model", "parts": parts}, "index": 0}
@@ -88,6 +91,14 @@ class ChunksToStream:
         return {"candidates": [cand], "modelVersion": self.model, "responseId": self.id}
 
     def feed(self, doc: dict) -> list[dict]:
+        """One OpenAI chunk -> 0..n responses; an error chunk becomes
+        Gemini's error object, and the stream ends there."""
+        if self.failed:
+            return []
+        if isinstance(doc.get("error"), dict):
+            self.failed = True
+            msg = str(doc["error"].get("message") or "The upstream failed.")
+            return [{"error": {"code": 502, "message": msg, "status": "UNAVAILABLE"}}]
         if doc.get("usage"):
             self.usage = doc["usage"]
         parts = []
@@ -107,6 +118,8 @@ class ChunksToStream:
         return [self._resp(parts)] if parts else []
 
     def finish(self) -> list[dict]:
+        if self.failed:
+            return []
         parts = [{"functionCall": {"name": c["name"], "args": parse_args(c["args"])}}
                  for _, c in sorted(self.calls.items())]
         last = self._resp(parts or [{"text": ""}],
