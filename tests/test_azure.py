@@ -123,3 +123,17 @@ def test_azure_errors_map(env):
         c.chat.completions.create(model="azure-badkey",
                                   messages=[{"role": "user", "content": "x"}])
     assert ei.value.status_code == 503  # the channel's key, not the caller's
+
+
+def test_channel_test_endpoint_for_every_type(env):
+    """The console's channel test (an OpenAI-shaped ping) works against each
+    type, converted as needed, and reports a wrong key as a failure."""
+    for kind in ("anthropic", "gemini", "azure"):
+        ch = env.channel(kind, f"ping-{kind}")
+        r = env.admin.post(f"/api/channel/{ch['id']}/test", {})
+        assert r["data"]["ok"] is True, (kind, r)
+        bad = env.channel(kind, f"ping-bad-{kind}", key="bad-key")
+        r = env.admin.post(f"/api/channel/{bad['id']}/test", {})
+        assert r["data"]["ok"] is False, (kind, r)
+    assert last(env.anthropic)["body"]["max_tokens"] == 1
+    assert last(env.gemini)["path"].endswith("/ping-bad-gemini:generateContent")
