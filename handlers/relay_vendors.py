@@ -107,6 +107,25 @@ class GeminiModelsHandler(RelayHandler):
             await self.auth()
 
 
+class _NotFound(RelayHandler):
+    """Unknown paths under a vendor's own prefix: a 404 in that vendor's body."""
+
+    def prepare(self):
+        raise RelayError(404, f"Unknown path {self.request.path}: this relay serves "
+                              f"{self.routes}.", "not_found_error", "unknown_path")
+
+
+class AnthropicNotFound(_NotFound):
+    family = "anthropic"
+    routes = "POST /v1/messages and POST /v1/messages/count_tokens"
+
+
+class GeminiNotFound(_NotFound):
+    family = "gemini"
+    routes = ("POST /v1beta/models/{model}:generateContent, :streamGenerateContent, "
+              ":countTokens, :embedContent, :batchEmbedContents, and GET /v1beta/models")
+
+
 _G = r"/(?:v1beta|v1|v1alpha)"
 default_handlers = [
     (r"(?:/v1)?/messages/count_tokens/?", CountTokensHandler),
@@ -114,4 +133,6 @@ default_handlers = [
     (_G + r"/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)/?", GenerateHandler),
     (r"/v1beta/models/?", GeminiModelsHandler),
     (r"/v1beta/models/(?P<model>[^/:]+)/?", GeminiModelsHandler),
+    (r"(?:/v1)?/messages/.*", AnthropicNotFound),
+    (r"/(?:v1beta|v1alpha)/.*", GeminiNotFound),
 ]

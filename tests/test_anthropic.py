@@ -312,6 +312,9 @@ def test_errors_use_anthropic_body(env):
         c.messages.create(model="no-such-model", max_tokens=5,
                           messages=[{"role": "user", "content": "hi"}])
     assert ei.value.status_code == 503 and ei.value.body["error"]["type"] == "overloaded_error"
+    r = requests.post(env.relay.url + "/v1/messages/batches", json={}, timeout=30,
+                      headers={"x-api-key": tok["key"]})
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     assert env.logs(tok["id"], 0) == []  # nothing billed for refused calls
 
 

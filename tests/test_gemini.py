@@ -299,6 +299,9 @@ def test_errors_use_gemini_body(env):
     r = requests.post(f"{env.relay.url}/v1beta/models/gemini-model:fooBar",
                       headers={"x-goog-api-key": tok["key"]}, json={}, timeout=30)
     assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND"
+    r = requests.get(f"{env.relay.url}/v1beta/cachedContents", timeout=30,
+                     headers={"x-goog-api-key": tok["key"]})
+    assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND"
     env.channel("gemini", "gem-429", mode="429")
     with pytest.raises(gerrors.ClientError) as ei:
         g.models.generate_content(model="gem-429", contents="hi")
