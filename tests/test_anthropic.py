@@ -126,6 +126,11 @@ def test_native_unmapped_bytes_untouched(env):
     direct = requests.post(env.anthropic.url + "/v1/messages", json=body, timeout=30,
                            headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
     assert via.content == direct.content and len(via.content) > 500
+    # ... and the upstream reads the client's request bytes exactly.
+    sent = b'{ "model" :"claude-plain","max_tokens":5,  "messages":[{"role":"user","content":"hi"}]}'
+    requests.post(env.relay.url + "/v1/messages", data=sent, timeout=30,
+                  headers={"x-api-key": tok["key"], "content-type": "application/json"})
+    assert env.anthropic.requests[-1]["raw"] == sent
     body["stream"] = False
     via = requests.post(env.relay.url + "/v1/messages", json=body, timeout=30,
                         headers={"x-api-key": tok["key"], "anthropic-version": "2023-06-01"})

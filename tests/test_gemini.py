@@ -109,6 +109,7 @@ def test_native_unmapped_bytes_untouched(env):
         direct = requests.post(f"{env.gemini.url}/v1beta/models/gemini-plain:{method}",
                                json=body, headers={"x-goog-api-key": "k"}, timeout=30)
         assert via.status_code == 200 and via.content == direct.content
+        assert env.gemini.requests[-1]["raw"] == env.gemini.requests[-2]["raw"]
     assert b"\r\n\r\n" in direct.content or method == "generateContent"
 
 

@@ -23,6 +23,10 @@ from relay.pricing import Usage
 DEFAULT_VERSION = "2023-06-01"
 
 
+def _dumps(doc: dict) -> bytes:
+    return json.dumps(doc, ensure_ascii=False).encode()
+
+
 class AnthropicStream(StreamReader):
     def __init__(self, call: Call, passthrough: bool):
         super().__init__()
@@ -76,11 +80,13 @@ class AnthropicAdaptor(Adaptor):
 
     def request(self, call: Call, channel) -> UpstreamRequest:
         if call.face == self.native and call.native_body is not None:
-            body = dict(call.native_body)
-            body["model"] = call.upstream_model
+            if call.upstream_model == call.model and call.raw:
+                data = call.raw  # the client's own bytes
+            else:
+                data = _dumps(dict(call.native_body, model=call.upstream_model))
         else:
-            body = conv.request_from_openai(call.body, call.upstream_model,
-                                            int(call.extra.get("default_max_tokens", 4096)))
+            data = _dumps(conv.request_from_openai(call.body, call.upstream_model,
+                                                   int(call.extra.get("default_max_tokens", 4096))))
         opts = channel.options or {}
         headers = {"Content-Type": "application/json",
                    "anthropic-version": opts.get("anthropic_version") or DEFAULT_VERSION}
@@ -90,8 +96,7 @@ class AnthropicAdaptor(Adaptor):
             headers["x-api-key"] = channel.key
         if call.face == self.native and call.extra.get("anthropic_beta"):
             headers["anthropic-beta"] = call.extra["anthropic_beta"]
-        return UpstreamRequest("POST", join_url(channel.base_url, "/messages"), headers,
-                               json.dumps(body, ensure_ascii=False).encode())
+        return UpstreamRequest("POST", join_url(channel.base_url, "/messages"), headers, data)
 
     def stream(self, call: Call) -> StreamReader:
         return AnthropicStream(call, passthrough=call.face == self.native)

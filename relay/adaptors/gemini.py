@@ -86,7 +86,11 @@ class GeminiAdaptor(Adaptor):
             if call.stream:
                 url += "?alt=sse"
         headers = {"Content-Type": "application/json", "x-goog-api-key": channel.key}
-        return UpstreamRequest("POST", url, headers, json.dumps(body, ensure_ascii=False).encode())
+        if native and call.raw and (call.endpoint == "chat" or call.upstream_model == call.model):
+            data = call.raw  # the client's own bytes (a chat body names no model)
+        else:
+            data = json.dumps(body, ensure_ascii=False).encode()
+        return UpstreamRequest("POST", url, headers, data)
 
     def stream(self, call: Call) -> StreamReader:
         return GeminiStream(call, passthrough=call.face == self.native)

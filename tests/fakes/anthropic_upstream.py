@@ -59,6 +59,7 @@ class MessagesHandler(tornado.web.RequestHandler):
         self.fake.record(self.request, b, mode)
         self.rec = self.fake.requests[-1]
         self.rec.setdefault("aborted", False)
+        self.rec["raw"] = self.request.body
         h = self.request.headers
         key = h.get("x-api-key") or (h.get("Authorization", "")[7:]
                                      if h.get("Authorization", "").startswith("Bearer ") else "")

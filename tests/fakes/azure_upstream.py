@@ -50,6 +50,7 @@ class FakeAzure(oa.FakeOpenAI):
         super().record(request, body, mode)
         rec = self.requests[-1]
         rec["query"] = request.query
+        rec["raw"] = request.body
         return rec
 
     def routes(self):

@@ -199,6 +199,7 @@ class FakeGemini(FakeOpenAI):
         super().record(request, body, mode)
         rec = self.requests[-1]
         rec["query"] = request.query
+        rec["raw"] = request.body
         return rec
 
     def routes(self):
