@@ -69,13 +69,7 @@ class GenerateHandler(_VendorRelay):
         alt = self.get_query_argument("alt", None) or self.get_query_argument("$alt", "")
         call = gface.parse(self.request_id, self.body, model, method,
                            sse_mode=alt.split(";")[0] == "sse")
-        self.sse_mode = call.extra.get("sse", True)
         await self.relay(auth, call)
-
-    def start(self, status: int, headers: dict) -> None:
-        if not getattr(self, "sse_mode", True):
-            headers = dict(headers, **{"Content-Type": "application/json; charset=utf-8"})
-        super().start(status, headers)
 
 
 async def vendor_models(handler: RelayHandler, model: str | None) -> bool:

@@ -77,6 +77,15 @@ class StreamWriter:
         self.passthrough = False
         self.count = 0
 
+    def headers(self, upstream_headers=None) -> dict:
+        """Response headers (the service asks before the first byte): SSE
+        with ?alt=sse, else the one JSON array the legacy transport reads."""
+        if self.sse:
+            return {"Content-Type": "text/event-stream; charset=utf-8",
+                    "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return {"Content-Type": "application/json; charset=utf-8", "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no"}
+
     def _out(self, payload: bytes) -> bytes:
         if self.sse:
             return b"data: " + payload + b"\r\n\r\n"
