@@ -312,3 +312,21 @@ def test_errors_use_gemini_body(env):
     with pytest.raises(gerrors.ServerError) as ei:
         g.models.generate_content(model="gem-badkey", contents="hi")
     assert ei.value.code == 503
+
+
+def test_upstream_reset_mid_stream_keeps_usage(env):
+    """The upstream dies after its first chunk: the client sees a Gemini error
+    object, and the call is still logged and billed from the usageMetadata
+    that arrived (running totals: 12 prompt, 1 output so far)."""
+    env.channel("gemini", "gem-reset", mode="reset")
+    tok = env.token()
+    r = requests.post(f"{env.relay.url}/v1beta/models/gem-reset:streamGenerateContent?alt=sse",
+                      headers={"x-goog-api-key": tok["key"]}, timeout=30,
+                      json={"contents": [{"parts": [{"text": "hi"}]}]})
+    events = [json.loads(b[len("data: "):]) for b in r.content.decode().split("\r\n\r\n")
+              if b.startswith("data: ")]
+    assert "candidates" in events[0] and events[-1]["error"]["code"] >= 500
+    rec = env.logs(tok["id"])[-1]
+    assert rec["status"] >= 500
+    assert (rec["prompt_tokens"], rec["completion_tokens"], rec["cached_tokens"]) == (12, 1, 3)
+    assert rec["quota"] == 1000 * 9 + 250 * 3 + 4000 * 1
