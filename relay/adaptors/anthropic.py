@@ -103,6 +103,9 @@ class AnthropicAdaptor(Adaptor):
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
         doc = json.loads(body)
-        if call.face == self.native:
+        if not isinstance(doc, dict):
+            raise ValueError("the answer is not a JSON object")
+        out = conv.message_to_openai(doc, call.model), conv.usage_from(doc.get("usage"))
+        if call.face == self.native:  # only once readable: a failed attempt leaves none
             call.extra["native_answer"] = doc  # rendered as it is, only renamed
-        return conv.message_to_openai(doc, call.model), conv.usage_from(doc.get("usage"))
+        return out

@@ -97,12 +97,16 @@ class GeminiAdaptor(Adaptor):
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
         doc = json.loads(body)
-        if call.face == self.native:
-            call.extra["native_answer"] = doc  # rendered as it is, only renamed
+        if not isinstance(doc, dict):
+            raise ValueError("the answer is not a JSON object")
         if call.endpoint == "embeddings":
-            return embed.response_to_openai(doc, call.model, call.body.get("encoding_format"),
-                                            int(call.extra.get("prompt_tokens", 0))), None
-        return conv.response_to_openai(doc, call.model), conv.usage_from(doc.get("usageMetadata"))
+            out = (embed.response_to_openai(doc, call.model, call.body.get("encoding_format"),
+                                            int(call.extra.get("prompt_tokens", 0))), None)
+        else:
+            out = conv.response_to_openai(doc, call.model), conv.usage_from(doc.get("usageMetadata"))
+        if call.face == self.native:  # only once readable: a failed attempt leaves none
+            call.extra["native_answer"] = doc  # rendered as it is, only renamed
+        return out
 
     def error(self, status: int, body: bytes) -> RelayError:
         # Google answers a wrong key with 400 INVALID_ARGUMENT: that is the
