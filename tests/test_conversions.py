@@ -265,3 +265,11 @@ def test_raw_events_keep_exact_bytes_across_any_split():
     assert sse_payload(b'event: x\r\ndata: {"a":\r\ndata: 1}\r\n\r\n') == b'{"a":\n1}'
     with pytest.raises(ValueError):
         RawEvents(max_event=10).feed(b"data: " + b"x" * 20)
+
+
+def test_malformed_blocks_are_400_not_500():
+    bad = json.dumps({"model": "m", "max_tokens": 5, "messages": [
+        {"role": "user", "content": [{"type": "image", "source": "not-an-object"}]}]}).encode()
+    with pytest.raises(RelayError) as ei:
+        aface.parse_messages("r", bad)
+    assert ei.value.status == 400 and "malformed" in ei.value.message

@@ -204,3 +204,17 @@ def test_embeddings_both_ways():
     assert single == {"embedding": {"values": [1.0]}}
     with pytest.raises(RelayError):
         ge.requests_of({"requests": []}, "batchEmbedContents")
+
+
+def test_malformed_parts_are_400_not_500():
+    bad = json.dumps({"contents": [{"parts": [{"inlineData": "x"}]}]}).encode()
+    with pytest.raises(RelayError) as ei:
+        gface.parse("r", bad, "m", "generateContent", True)
+    assert ei.value.status == 400
+
+
+def test_unreadable_stream_event_is_value_error():
+    from relay.adaptors.gemini import GeminiStream
+    reader = GeminiStream(Call("r", "chat", "openai", "m", {}), passthrough=False)
+    with pytest.raises(ValueError):
+        reader.feed(b'data: {"candidates": [{"content": {"parts": ["not-a-part"]}}]}\n\n')

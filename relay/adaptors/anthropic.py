@@ -17,7 +17,7 @@ from relay import tokenizer
 from relay.adaptors.base import Adaptor, Call, Chunk, StreamReader, UpstreamRequest, join_url
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import EventsToChunks
-from relay.convert.common import RawEvents
+from relay.convert.common import RawEvents, unreadable_is_value_error
 from relay.pricing import Usage
 
 DEFAULT_VERSION = "2023-06-01"
@@ -67,10 +67,10 @@ class AnthropicStream(StreamReader):
         return out
 
     def feed(self, data: bytes) -> list[Chunk]:
-        return self._events(self.events.feed(data))
+        return unreadable_is_value_error(self._events, self.events.feed(data))
 
     def finish(self) -> list[Chunk]:
-        return self._events(self.events.flush())
+        return unreadable_is_value_error(self._events, self.events.flush())
 
 
 class AnthropicAdaptor(Adaptor):

@@ -15,7 +15,7 @@ from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamReq
                                  generic_error, join_url)
 from relay.convert import gemini as conv
 from relay.convert import gemini_embed as embed
-from relay.convert.common import RawEvents
+from relay.convert.common import RawEvents, unreadable_is_value_error
 from relay.convert.gemini_stream import StreamToChunks
 from relay.errors import RelayError
 from relay.pricing import Usage
@@ -46,10 +46,10 @@ class GeminiStream(StreamReader):
         return out
 
     def feed(self, data: bytes) -> list[Chunk]:
-        return self._events(self.events.feed(data))
+        return unreadable_is_value_error(self._events, self.events.feed(data))
 
     def finish(self) -> list[Chunk]:
-        out = self._events(self.events.flush())
+        out = unreadable_is_value_error(self._events, self.events.flush())
         if not self.passthrough:
             out += [Chunk(c) for c in self.conv.finish()]
         return out

@@ -132,3 +132,12 @@ class RawEvents:
         """What is left when the stream ends without a final blank line."""
         raw, self._buf = self._buf, b""
         return [(raw, self._parse(raw))] if raw.strip() else []
+
+
+def unreadable_is_value_error(fn, *args):
+    """Run a stream conversion step; an event of an unexpected shape becomes
+    the ValueError that StreamReader.feed documents for unreadable streams."""
+    try:
+        return fn(*args)
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:
+        raise ValueError(f"unreadable upstream event: {type(exc).__name__}: {exc}") from None

@@ -15,10 +15,22 @@ from relay.adaptors.base import Call, Chunk
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import ChunksToEvents
 from relay.convert.common import sse_payload
-from relay.errors import _ANTHROPIC_TYPE
+from relay.errors import _ANTHROPIC_TYPE, RelayError, bad_request
 from relay.faces.openai import load_json, require_model
 
 FAMILY = "anthropic"
+
+
+def converted(fn, *args):
+    """Run a request conversion; a body whose parts have the wrong shapes
+    (validate() checks only the frame) is the caller's 400, not our 500."""
+    try:
+        return fn(*args)
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:
+        if isinstance(exc, RelayError):
+            raise
+        raise bad_request(f"The request body is malformed: {type(exc).__name__}: {exc}",
+                          "invalid_request") from None
 
 
 def parse_messages(request_id: str, raw: bytes, beta: str | None = None) -> Call:
@@ -26,7 +38,7 @@ def parse_messages(request_id: str, raw: bytes, beta: str | None = None) -> Call
     doc = load_json(raw)
     model = require_model(doc)
     conv.validate(doc)
-    body = conv.request_to_openai(doc)
+    body = converted(conv.request_to_openai, doc)
     call = Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=body,
                 raw=raw, native_body=doc, stream=bool(doc.get("stream")))
     if beta:
@@ -40,7 +52,7 @@ def count_tokens(raw: bytes) -> tuple[str, int]:
     doc = load_json(raw)
     model = require_model(doc)
     conv.validate(dict(doc, max_tokens=1))
-    body = conv.request_to_openai(dict(doc, max_tokens=1))
+    body = converted(conv.request_to_openai, dict(doc, max_tokens=1))
     return model, tokenizer.count_messages(body["messages"], model, body.get("tools"))
 
 

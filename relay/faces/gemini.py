@@ -16,6 +16,7 @@ from relay.convert import gemini_embed as embed
 from relay.convert.common import dumps, sse_payload
 from relay.convert.gemini_stream import ChunksToStream
 from relay.errors import _GEMINI_STATUS, RelayError, bad_request
+from relay.faces.anthropic import converted
 from relay.faces.openai import load_json
 
 FAMILY = "gemini"
@@ -35,13 +36,13 @@ def parse(request_id: str, raw: bytes, model: str, method: str, sse_mode: bool) 
     check_method(method)
     doc = load_json(raw)
     if method in EMBED_METHODS:
-        body = embed.request_to_openai(doc, method, model)
+        body = converted(embed.request_to_openai, doc, method, model)
         call = Call(request_id=request_id, endpoint="embeddings", face=FAMILY, model=model,
                     body=body, raw=raw, native_body=doc)
         call.extra["gemini_method"] = method
         return call
     conv.validate(doc)
-    body = conv.request_to_openai(doc, model)
+    body = converted(conv.request_to_openai, doc, model)
     stream = method == "streamGenerateContent"
     if stream:
         body["stream"] = True
@@ -62,7 +63,7 @@ def count_tokens(raw: bytes, model: str) -> int:
         raise bad_request("* CountTokensRequest.contents: contents is not specified",
                           "missing_contents", "contents")
     conv.validate(doc)
-    body = conv.request_to_openai(doc, model)
+    body = converted(conv.request_to_openai, doc, model)
     return tokenizer.count_messages(body["messages"], model, body.get("tools"))
 
 
