@@ -109,3 +109,19 @@ def test_mid_stream_error_reaches_converted_clients(env):
     assert "Overloaded" in arr[-1]["error"]["message"]
     recs = env.logs(tok["id"], 2)
     assert all(x["prompt_tokens"] == 25 and x["estimated"] for x in recs)
+
+
+def test_channel_options(env):
+    env.channel("anthropic", "claude-opts", options={
+        "auth": "bearer", "anthropic_version": "2024-01-01", "anthropic_beta": "beta-a",
+        "default_max_tokens": 333}, key="bearer-key")
+    tok = env.token()
+    oc = openai.OpenAI(api_key=tok["key"], base_url=env.relay.url + "/v1", max_retries=0)
+    oc.chat.completions.create(model="claude-opts", messages=[{"role": "user", "content": "x"}])
+    up = last(env.anthropic)
+    assert up["headers"]["Authorization"] == "Bearer bearer-key"
+    assert "X-Api-Key" not in up["headers"]
+    assert up["headers"]["Anthropic-Version"] == "2024-01-01"
+    assert up["headers"]["Anthropic-Beta"] == "beta-a"
+    assert up["body"]["max_tokens"] == 333
+    env.check_billed(tok, prompt=25, completion=7, cached=4)

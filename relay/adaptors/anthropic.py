@@ -5,9 +5,11 @@ An Anthropic-format client's body goes through as it came (only the model
 is mapped), and its stream events are passed on byte for byte; any other
 client's call is converted from and to the OpenAI shape.
 
-Channel options: `anthropic_version` (default 2023-06-01), and
-`auth: "bearer"` for Anthropic-compatible upstreams that want
-`Authorization: Bearer` instead of `x-api-key`.
+Channel options: `anthropic_version` (default 2023-06-01); `auth: "bearer"`
+for Anthropic-compatible upstreams that want `Authorization: Bearer`
+instead of `x-api-key`; `anthropic_beta` (sent on every call, joined with
+the client's own); `default_max_tokens` for converted calls that name none
+(Anthropic requires one; default 4096).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from relay.convert.common import RawEvents, unreadable_is_value_error
 from relay.pricing import Usage
 
 DEFAULT_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
 
 
 def _dumps(doc: dict) -> bytes:
@@ -79,23 +82,25 @@ class AnthropicAdaptor(Adaptor):
     endpoints = frozenset({"chat"})
 
     def request(self, call: Call, channel) -> UpstreamRequest:
+        opts = channel.options or {}
         if call.face == self.native and call.native_body is not None:
             if call.upstream_model == call.model and call.raw:
                 data = call.raw  # the client's own bytes
             else:
                 data = _dumps(dict(call.native_body, model=call.upstream_model))
         else:
-            data = _dumps(conv.request_from_openai(call.body, call.upstream_model,
-                                                   int(call.extra.get("default_max_tokens", 4096))))
-        opts = channel.options or {}
+            # Anthropic requires max_tokens; OpenAI and Gemini clients may omit it.
+            default = int(opts.get("default_max_tokens") or DEFAULT_MAX_TOKENS)
+            data = _dumps(conv.request_from_openai(call.body, call.upstream_model, default))
         headers = {"Content-Type": "application/json",
                    "anthropic-version": opts.get("anthropic_version") or DEFAULT_VERSION}
         if opts.get("auth") == "bearer":
             headers["Authorization"] = f"Bearer {channel.key}"
         else:
             headers["x-api-key"] = channel.key
-        if call.face == self.native and call.extra.get("anthropic_beta"):
-            headers["anthropic-beta"] = call.extra["anthropic_beta"]
+        betas = [b for b in (opts.get("anthropic_beta"), call.extra.get("anthropic_beta")) if b]
+        if betas:
+            headers["anthropic-beta"] = ",".join(betas)
         return UpstreamRequest("POST", join_url(channel.base_url, "/messages"), headers, data)
 
     def stream(self, call: Call) -> StreamReader:
