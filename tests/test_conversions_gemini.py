@@ -218,3 +218,15 @@ def test_unreadable_stream_event_is_value_error():
     reader = GeminiStream(Call("r", "chat", "openai", "m", {}), passthrough=False)
     with pytest.raises(ValueError):
         reader.feed(b'data: {"candidates": [{"content": {"parts": ["not-a-part"]}}]}\n\n')
+
+
+def test_int_enums_from_the_legacy_library():
+    doc = {"contents": [{"parts": [{"text": "q"}]}],
+           "tools": [{"functionDeclarations": [{"name": "f", "parameters": {
+               "type": 6, "properties": {"n": {"type": 3}, "xs": {"type": 5, "items": {
+                   "type": 1}}}}}]}],
+           "toolConfig": {"functionCallingConfig": {"mode": 3}}}
+    b = gc.request_to_openai(doc, "m")
+    assert b["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {
+        "n": {"type": "integer"}, "xs": {"type": "array", "items": {"type": "string"}}}}
+    assert b["tool_choice"] == "none"

@@ -20,6 +20,11 @@ FINISH_FROM_GEMINI = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content
                       "IMAGE_SAFETY": "content_filter"}
 FINISH_TO_GEMINI = {"stop": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY",
                     "tool_calls": "STOP", "function_call": "STOP"}
+# Clients that ask for `enum-encoding=int` (the legacy library) also send
+# enums as numbers: Schema.Type and FunctionCallingConfig.Mode.
+_TYPE_NAMES = {1: "string", 2: "number", 3: "integer", 4: "boolean", 5: "array", 6: "object",
+               7: "null"}
+_MODE_NAMES = {1: "AUTO", 2: "ANY", 3: "NONE", 4: "VALIDATED"}
 # The Schema fields Gemini accepts in function declarations; others
 # ($schema, additionalProperties, ...) make it reject the whole request.
 _SCHEMA_KEYS = {"type", "format", "title", "description", "nullable", "enum", "maxItems",
@@ -67,6 +72,8 @@ def schema_to_openai(s: Any) -> Any:
     for k, v in s.items():
         if k == "type" and isinstance(v, str):
             out[k] = v.lower()
+        elif k == "type" and isinstance(v, int):
+            out[k] = _TYPE_NAMES.get(v, "string")
         elif k in ("properties",) and isinstance(v, dict):
             out[k] = {name: schema_to_openai(sub) for name, sub in v.items()}
         elif k in ("items", "anyOf"):
@@ -203,6 +210,7 @@ def request_to_openai(doc: dict, model: str) -> dict:
             for d in decls]
         fcc = (doc.get("toolConfig") or {}).get("functionCallingConfig") or {}
         mode = fcc.get("mode")
+        mode = _MODE_NAMES.get(mode, mode) if isinstance(mode, int) else mode
         allowed = fcc.get("allowedFunctionNames") or []
         if mode == "ANY" and len(allowed) == 1:
             body["tool_choice"] = {"type": "function", "function": {"name": allowed[0]}}
