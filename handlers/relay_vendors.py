@@ -34,7 +34,14 @@ class _VendorRelay(RelayHandler):
             self.finish(json.dumps(self.face.render(call, out.body), ensure_ascii=False))
 
 
-class MessagesHandler(_VendorRelay):
+class _AnthropicHeaders:
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        # The anthropic SDKs read the request id from this header (`_request_id`).
+        self.set_header("request-id", self.request_id)
+
+
+class MessagesHandler(_AnthropicHeaders, _VendorRelay):
     family = "anthropic"
     face = aface
 
@@ -45,7 +52,7 @@ class MessagesHandler(_VendorRelay):
         await self.relay(auth, call)
 
 
-class CountTokensHandler(RelayHandler):
+class CountTokensHandler(_AnthropicHeaders, RelayHandler):
     family = "anthropic"
 
     async def post(self) -> None:

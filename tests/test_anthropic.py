@@ -55,6 +55,7 @@ def test_native_passthrough_and_billing(env, old_style):
                             messages=[{"role": "user", "content": "hi"}])
     assert msg.content[0].text == "Hello from the fake Anthropic upstream."
     assert msg.model == "anthropic-model" and msg.id == "msg_fake01"
+    assert msg._request_id.startswith("req_")  # the relay's id, as Anthropic's header
     assert msg.usage.input_tokens == 21 and msg.usage.cache_read_input_tokens == 4
     assert len(env.anthropic.requests) == n0 + 1
     up = last(env.anthropic)
