@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from relay import sse
+from relay.errors import bad_request
 
 
 def new_id(prefix: str) -> str:
@@ -141,3 +142,13 @@ def unreadable_is_value_error(fn, *args):
         return fn(*args)
     except (AttributeError, TypeError, KeyError, IndexError) as exc:
         raise ValueError(f"unreadable upstream event: {type(exc).__name__}: {exc}") from None
+
+
+def converted(fn, *args):
+    """Run a request conversion; a body whose parts have the wrong shapes
+    (the validators check only the frame) is the caller's 400, not our 500."""
+    try:
+        return fn(*args)
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:
+        raise bad_request(f"The request body is malformed: {type(exc).__name__}: {exc}",
+                          "invalid_request") from None

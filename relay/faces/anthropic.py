@@ -14,23 +14,11 @@ from relay import sse, tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import ChunksToEvents
-from relay.convert.common import sse_payload
-from relay.errors import _ANTHROPIC_TYPE, RelayError, bad_request
+from relay.convert.common import converted, sse_payload
+from relay.errors import _ANTHROPIC_TYPE
 from relay.faces.openai import load_json, require_model
 
 FAMILY = "anthropic"
-
-
-def converted(fn, *args):
-    """Run a request conversion; a body whose parts have the wrong shapes
-    (validate() checks only the frame) is the caller's 400, not our 500."""
-    try:
-        return fn(*args)
-    except (AttributeError, TypeError, KeyError, ValueError) as exc:
-        if isinstance(exc, RelayError):
-            raise
-        raise bad_request(f"The request body is malformed: {type(exc).__name__}: {exc}",
-                          "invalid_request") from None
 
 
 def parse_messages(request_id: str, raw: bytes, beta: str | None = None) -> Call:

@@ -13,10 +13,9 @@ from relay import tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import gemini as conv
 from relay.convert import gemini_embed as embed
-from relay.convert.common import dumps, sse_payload
+from relay.convert.common import converted, dumps, sse_payload
 from relay.convert.gemini_stream import ChunksToStream
 from relay.errors import _GEMINI_STATUS, RelayError, bad_request
-from relay.faces.anthropic import converted
 from relay.faces.openai import load_json
 
 FAMILY = "gemini"
