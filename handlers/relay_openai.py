@@ -43,12 +43,16 @@ class EmbeddingsHandler(_OpenAIRelay):
 
 class ModelsHandler(RelayHandler):
     async def get(self, model: str | None = None) -> None:
+        model = model.strip("/") if model else None
+        # google-genai 3.x and anthropic clients list models here too.
+        from handlers.relay_vendors import vendor_models
+        if await vendor_models(self, model):
+            return
         auth = await self.auth()
         service = self.ctx["service"]
         now = int(time.time())
         models = service.models_for(auth)
         if model:
-            model = model.strip("/")
             if model not in models:
                 from relay.errors import RelayError
                 raise RelayError(404, f"The model '{model}' does not exist or this key may not "

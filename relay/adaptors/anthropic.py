@@ -1,0 +1,116 @@
+"""Anthropic Messages upstreams (type "anthropic"): POST {base}/v1/messages
+with x-api-key and anthropic-version.
+
+An Anthropic-format client's body goes through as it came (only the model
+is mapped), and its stream events are passed on byte for byte; any other
+client's call is converted from and to the OpenAI shape.
+
+Channel options: `anthropic_version` (default 2023-06-01); `auth: "bearer"`
+for Anthropic-compatible upstreams that want `Authorization: Bearer`
+instead of `x-api-key`; `anthropic_beta` (sent on every call, joined with
+the client's own); `default_max_tokens` for converted calls that name none
+(Anthropic requires one; default 4096).
+"""
+from __future__ import annotations
+
+import json
+
+from relay import tokenizer
+from relay.adaptors.base import Adaptor, Call, Chunk, StreamReader, UpstreamRequest, join_url
+from relay.convert import anthropic as conv
+from relay.convert.anthropic_stream import EventsToChunks
+from relay.convert.common import RawEvents, unreadable_is_value_error
+from relay.pricing import Usage
+
+DEFAULT_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+
+
+def _dumps(doc: dict) -> bytes:
+    return json.dumps(doc, ensure_ascii=False).encode()
+
+
+class AnthropicStream(StreamReader):
+    def __init__(self, call: Call, passthrough: bool):
+        super().__init__()
+        self.events = RawEvents()
+        self.conv = EventsToChunks(call.model)
+        self.text_parts = self.conv.text_parts
+        self.passthrough = passthrough
+
+    @property
+    def usage(self) -> Usage | None:
+        """Exact once message_delta arrived.  A stream cut before it (client
+        gone, upstream reset) has the exact input from message_start, and
+        the output is counted from what was actually streamed."""
+        u = self.conv.usage
+        if u is None or self.conv.final:
+            return u
+        out = max(u.completion_tokens, tokenizer.count_text(self.text, self.conv.model))
+        return Usage(u.prompt_tokens, out, u.cached_tokens, estimated=True)
+
+    @usage.setter
+    def usage(self, value) -> None:
+        pass  # derived from the events, see above
+
+    def _events(self, events) -> list[Chunk]:
+        out = []
+        for raw, ev in events:
+            data = None
+            if ev is not None:
+                try:
+                    data = json.loads(ev.data)
+                except ValueError:
+                    pass
+            if self.passthrough:
+                got = self.conv.feed(ev.event, data) if isinstance(data, dict) else []
+                out.append(Chunk(got[0] if got else None, raw))
+            elif isinstance(data, dict):
+                out += [Chunk(c) for c in self.conv.feed(ev.event, data)]
+        return out
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        return unreadable_is_value_error(self._events, self.events.feed(data))
+
+    def finish(self) -> list[Chunk]:
+        return unreadable_is_value_error(self._events, self.events.flush())
+
+
+class AnthropicAdaptor(Adaptor):
+    type = "anthropic"
+    native = "anthropic"
+    endpoints = frozenset({"chat"})
+
+    def request(self, call: Call, channel) -> UpstreamRequest:
+        opts = channel.options or {}
+        if call.face == self.native and call.native_body is not None:
+            if call.upstream_model == call.model and call.raw:
+                data = call.raw  # the client's own bytes
+            else:
+                data = _dumps(dict(call.native_body, model=call.upstream_model))
+        else:
+            # Anthropic requires max_tokens; OpenAI and Gemini clients may omit it.
+            default = int(opts.get("default_max_tokens") or DEFAULT_MAX_TOKENS)
+            data = _dumps(conv.request_from_openai(call.body, call.upstream_model, default))
+        headers = {"Content-Type": "application/json",
+                   "anthropic-version": opts.get("anthropic_version") or DEFAULT_VERSION}
+        if opts.get("auth") == "bearer":
+            headers["Authorization"] = f"Bearer {channel.key}"
+        else:
+            headers["x-api-key"] = channel.key
+        betas = [b for b in (opts.get("anthropic_beta"), call.extra.get("anthropic_beta")) if b]
+        if betas:
+            headers["anthropic-beta"] = ",".join(betas)
+        return UpstreamRequest("POST", join_url(channel.base_url, "/messages"), headers, data)
+
+    def stream(self, call: Call) -> StreamReader:
+        return AnthropicStream(call, passthrough=call.face == self.native)
+
+    def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
+        doc = json.loads(body)
+        if not isinstance(doc, dict):
+            raise ValueError("the answer is not a JSON object")
+        out = conv.message_to_openai(doc, call.model), conv.usage_from(doc.get("usage"))
+        if call.face == self.native:  # only once readable: a failed attempt leaves none
+            call.extra["native_answer"] = doc  # rendered as it is, only renamed
+        return out

@@ -1,0 +1,154 @@
+"""Small helpers shared by the format converters."""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+from relay import sse
+from relay.errors import bad_request
+
+
+def new_id(prefix: str) -> str:
+    return prefix + secrets.token_hex(12)
+
+
+def chunk(cid: str, model: str, delta: dict | None = None, finish: str | None = None,
+          created: int | None = None) -> dict:
+    """One OpenAI chat.completion.chunk with a single choice."""
+    return {"id": cid, "object": "chat.completion.chunk", "created": created or int(time.time()),
+            "model": model, "choices": [{"index": 0, "delta": delta or {},
+                                         "finish_reason": finish}]}
+
+
+def usage_chunk(cid: str, model: str, usage: dict, created: int | None = None) -> dict:
+    """The trailing OpenAI chunk that carries only usage (choices empty)."""
+    return {"id": cid, "object": "chat.completion.chunk", "created": created or int(time.time()),
+            "model": model, "choices": [], "usage": usage}
+
+
+def error_chunk(message: str, type_: str = "upstream_error", code=None) -> dict:
+    """An error in the middle of a stream, as OpenAI itself sends one (a
+    chunk with an `error` object); each face's writer renders it in its own
+    format and ends the stream there."""
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+
+def openai_usage(prompt: int, completion: int, cached: int = 0) -> dict:
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def text_of(content: Any) -> str:
+    """The plain text of OpenAI message content (a string or a list of parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content
+                       if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
+    return str(content)
+
+
+def parse_args(arguments: Any) -> Any:
+    """Tool-call arguments as an object; OpenAI sends a JSON string that may be
+    empty or (from weak models) not JSON at all."""
+    if isinstance(arguments, dict):
+        return arguments
+    if not arguments:
+        return {}
+    try:
+        value = json.loads(arguments)
+    except (TypeError, ValueError):
+        return {"_raw": str(arguments)}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def split_data_url(url: str) -> tuple[str, str] | None:
+    """'data:image/png;base64,AAAA' -> ('image/png', 'AAAA'); None if not one."""
+    if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
+        return None
+    head, data = url[5:].split(";base64,", 1)
+    return (head or "application/octet-stream"), data
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def sse_payload(raw: bytes) -> bytes:
+    """The data of one event's bytes, its data lines joined."""
+    out = []
+    for ln in raw.split(b"\n"):
+        ln = ln.rstrip(b"\r")
+        if ln.startswith(b"data:"):
+            ln = ln[5:]
+            out.append(ln[1:] if ln.startswith(b" ") else ln)
+    return b"\n".join(out)
+
+
+class RawEvents:
+    """Splits a byte stream into server-sent events like sse.SSEParser, but
+    keeps each event's exact bytes, so that a pass-through stream reaches
+    the client byte for byte (framing, spacing, CRLFs and all)."""
+
+    def __init__(self, max_event: int = 16 * 1024 * 1024):
+        self._buf = b""
+        self.max_event = max_event
+
+    @staticmethod
+    def _boundary(buf: bytes) -> int:
+        """End of the first complete event (after its blank line), or -1."""
+        best = -1
+        for sep in (b"\r\n\r\n", b"\n\n", b"\r\r"):
+            i = buf.find(sep)
+            if i >= 0 and (best < 0 or i + len(sep) < best):
+                best = i + len(sep)
+        return best
+
+    @staticmethod
+    def _parse(raw: bytes) -> "sse.Event | None":
+        p = sse.SSEParser()
+        got = list(p.feed(raw)) + list(p.flush())
+        return got[0] if got else None
+
+    def feed(self, data: bytes) -> list[tuple[bytes, sse.Event]]:
+        """Complete events so far as (exact bytes, parsed event); comment-only
+        blocks (keepalives) come back with their bytes and event None."""
+        self._buf += data
+        out = []
+        while True:
+            end = self._boundary(self._buf)
+            if end < 0:
+                if len(self._buf) > self.max_event:
+                    raise ValueError("server-sent event larger than the limit")
+                return out
+            raw, self._buf = self._buf[:end], self._buf[end:]
+            out.append((raw, self._parse(raw)))
+
+    def flush(self) -> list[tuple[bytes, sse.Event]]:
+        """What is left when the stream ends without a final blank line."""
+        raw, self._buf = self._buf, b""
+        return [(raw, self._parse(raw))] if raw.strip() else []
+
+
+def unreadable_is_value_error(fn, *args):
+    """Run a stream conversion step; an event of an unexpected shape becomes
+    the ValueError that StreamReader.feed documents for unreadable streams."""
+    try:
+        return fn(*args)
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:
+        raise ValueError(f"unreadable upstream event: {type(exc).__name__}: {exc}") from None
+
+
+def converted(fn, *args):
+    """Run a request conversion; a body whose parts have the wrong shapes
+    (the validators check only the frame) is the caller's 400, not our 500."""
+    try:
+        return fn(*args)
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:
+        raise bad_request(f"The request body is malformed: {type(exc).__name__}: {exc}",
+                          "invalid_request") from None

@@ -1,0 +1,232 @@
+"""Pure tests of the Gemini converters (no sockets): OpenAI <-> Gemini
+requests, answers, schemas, streams, writers and embeddings."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from relay.adaptors.base import Call, Chunk
+from relay.convert import gemini as gc
+from relay.convert import gemini_embed as ge
+from relay.convert.common import chunk
+from relay.convert.gemini_stream import ChunksToStream, StreamToChunks
+from relay.errors import RelayError
+from relay.faces import gemini as gface
+from relay.pricing import Usage
+
+
+# ---- Gemini requests -------------------------------------------------------------
+def test_schemas_both_ways():
+    js = {"type": "object", "$schema": "x", "additionalProperties": False,
+          "properties": {"a": {"type": ["string", "null"], "description": "d"},
+                         "b": {"type": "array", "items": {"type": "integer"}}},
+          "required": ["a"]}
+    g = gc.schema_from_openai(js)
+    assert g == {"type": "OBJECT", "properties": {
+        "a": {"nullable": True, "type": "STRING", "description": "d"},
+        "b": {"type": "ARRAY", "items": {"type": "INTEGER"}}}, "required": ["a"]}
+    assert gc.schema_to_openai(g)["properties"]["b"] == {"type": "array",
+                                                         "items": {"type": "integer"}}
+
+
+def test_gemini_request_to_openai_matches_calls_by_name():
+    doc = {"systemInstruction": {"parts": [{"text": "s1"}, {"text": "s2"}]},
+           "contents": [
+               {"role": "user", "parts": [{"text": "q"},
+                                          {"inlineData": {"mimeType": "image/png", "data": "AA"}},
+                                          {"fileData": {"mimeType": "image/png",
+                                                        "fileUri": "gs://b/x.png"}}]},
+               {"role": "model", "parts": [{"text": "thinking...", "thought": True},
+                                           {"functionCall": {"name": "f", "args": {"i": 1}}},
+                                           {"functionCall": {"name": "f", "args": {"i": 2}}}]},
+               {"role": "user", "parts": [
+                   {"functionResponse": {"name": "f", "response": {"r": 1}}},
+                   {"functionResponse": {"name": "f", "response": {"r": 2}}}]}],
+           "generationConfig": {"maxOutputTokens": 5, "topP": 0.5, "candidateCount": 1,
+                                "stopSequences": ["S"], "responseMimeType": "application/json"},
+           "tools": [{"functionDeclarations": [{"name": "f", "parameters": {
+               "type": "OBJECT", "properties": {"i": {"type": "INTEGER"}}}}]}],
+           "toolConfig": {"functionCallingConfig": {"mode": "ANY",
+                                                    "allowedFunctionNames": ["f"]}}}
+    gc.validate(doc)
+    b = gc.request_to_openai(doc, "pub")
+    roles = [m["role"] for m in b["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "tool"]
+    assert b["messages"][0]["content"] == "s1\ns2"
+    assert b["messages"][1]["content"][1]["image_url"]["url"] == "data:image/png;base64,AA"
+    assert b["messages"][1]["content"][2]["image_url"]["url"] == "gs://b/x.png"
+    ids = [c["id"] for c in b["messages"][2]["tool_calls"]]
+    assert [b["messages"][3]["tool_call_id"], b["messages"][4]["tool_call_id"]] == ids
+    assert json.loads(b["messages"][4]["content"]) == {"r": 2}
+    assert b["max_tokens"] == 5 and b["top_p"] == 0.5 and b["stop"] == ["S"]
+    assert b["response_format"] == {"type": "json_object"}
+    assert b["tools"][0]["function"]["parameters"]["properties"]["i"]["type"] == "integer"
+    assert b["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+
+
+@pytest.mark.parametrize("doc", [{}, {"contents": []}, {"contents": [{"parts": "x"}]},
+                                 {"contents": [{"role": "system", "parts": []}]}])
+def test_gemini_validation(doc):
+    with pytest.raises(RelayError) as ei:
+        gc.validate(doc)
+    assert ei.value.status == 400
+
+
+def test_openai_request_to_gemini():
+    body = {"messages": [{"role": "system", "content": "s"},
+                         {"role": "user", "content": "q"},
+                         {"role": "assistant", "content": None, "tool_calls": [
+                             {"id": "c9", "type": "function",
+                              "function": {"name": "look", "arguments": '{"a": 1}'}}]},
+                         {"role": "tool", "tool_call_id": "c9", "content": "plain text"},
+                         {"role": "user", "content": "more"}],
+            "max_tokens": 20, "temperature": 0.1, "stop": "Z", "n": 2, "seed": 4,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {
+                "type": "object", "properties": {"k": {"type": "string"}}}}},
+            "tools": [{"type": "function", "function": {"name": "look"}}],
+            "tool_choice": "required"}
+    g = gc.request_from_openai(body)
+    assert g["systemInstruction"] == {"parts": [{"text": "s"}]}
+    assert [c["role"] for c in g["contents"]] == ["user", "model", "user"]
+    assert g["contents"][1]["parts"] == [{"functionCall": {"name": "look", "args": {"a": 1}}}]
+    assert g["contents"][2]["parts"] == [
+        {"functionResponse": {"name": "look", "response": {"content": "plain text"}}},
+        {"text": "more"}]
+    cfg = g["generationConfig"]
+    assert cfg["maxOutputTokens"] == 20 and cfg["stopSequences"] == ["Z"]
+    assert cfg["candidateCount"] == 2 and cfg["seed"] == 4
+    assert cfg["responseMimeType"] == "application/json"
+    assert cfg["responseSchema"]["properties"]["k"] == {"type": "STRING"}
+    assert g["tools"][0]["functionDeclarations"][0]["parameters"] == {"type": "OBJECT",
+                                                                      "properties": {}}
+    assert g["toolConfig"] == {"functionCallingConfig": {"mode": "ANY"}}
+
+
+def test_gemini_answers_both_ways():
+    resp = {"candidates": [{"content": {"role": "model", "parts": [
+        {"text": "why", "thought": True}, {"text": "A"}, {"text": "B"}]},
+        "finishReason": "MAX_TOKENS"}],
+        "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 2,
+                          "thoughtsTokenCount": 3, "cachedContentTokenCount": 4}}
+    o = gc.response_to_openai(resp, "pub")
+    assert o["choices"][0]["message"]["content"] == "AB"
+    assert o["choices"][0]["message"]["reasoning_content"] == "why"
+    assert o["choices"][0]["finish_reason"] == "length"
+    assert o["usage"]["prompt_tokens"] == 9 and o["usage"]["completion_tokens"] == 5
+    assert gc.usage_from(resp["usageMetadata"]) == Usage(9, 5, 4)
+    blocked = gc.response_to_openai({"promptFeedback": {"blockReason": "SAFETY"}}, "p")
+    assert blocked["choices"][0]["finish_reason"] == "content_filter"
+    calls = gc.response_to_openai({"candidates": [{"content": {"parts": [
+        {"functionCall": {"name": "f", "args": {}}}]}, "finishReason": "STOP"}]}, "p")
+    assert calls["choices"][0]["finish_reason"] == "tool_calls"
+    back = gc.response_from_openai({"choices": [{"message": {
+        "content": "hi", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
+        "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
+        "pub")
+    assert back["candidates"][0]["content"]["parts"] == [{"text": "hi"},
+                                                         {"functionCall": {"name": "f", "args": {}}}]
+    assert back["candidates"][0]["finishReason"] == "STOP"
+    assert back["usageMetadata"] == {"promptTokenCount": 3, "candidatesTokenCount": 1,
+                                     "totalTokenCount": 4}
+
+
+# ---- Gemini streams ----------------------------------------------------------------
+def test_gemini_stream_to_chunks():
+    conv = StreamToChunks("pub")
+    a = conv.feed({"candidates": [{"content": {"parts": [{"text": "He"}]}}],
+                   "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1}})
+    b = conv.feed({"candidates": [{"content": {"parts": [
+        {"functionCall": {"name": "f", "args": {"q": 1}}}]}, "finishReason": "STOP"}],
+        "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 4}})
+    assert a[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert a[1]["choices"][0]["delta"] == {"content": "He"}
+    tc = b[0]["choices"][0]["delta"]["tool_calls"][0]
+    assert tc["index"] == 0 and json.loads(tc["function"]["arguments"]) == {"q": 1}
+    assert b[1]["choices"][0]["finish_reason"] == "tool_calls"
+    end = conv.finish()
+    assert end[0]["choices"] == [] and end[0]["usage"]["completion_tokens"] == 4
+    err = conv.feed({"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}})
+    assert "overloaded" in err[0]["error"]["message"] and err[0]["error"]["code"] == "UNAVAILABLE"
+
+
+def test_chunks_to_gemini_stream_holds_tool_calls_until_complete():
+    conv = ChunksToStream("pub")
+    out = conv.feed(chunk("c", "m", {"content": "x"}))
+    assert out[0]["candidates"][0]["content"]["parts"] == [{"text": "x"}]
+    assert conv.feed(chunk("c", "m", {"tool_calls": [{"index": 0, "function": {
+        "name": "f", "arguments": '{"a"'}}]})) == []
+    conv.feed(chunk("c", "m", {"tool_calls": [{"index": 0, "function": {"arguments": ":2}"}}]}))
+    conv.feed(chunk("c", "m", {}, "tool_calls"))
+    conv.feed({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}})
+    last = conv.finish()[0]
+    assert last["candidates"][0]["content"]["parts"] == [
+        {"functionCall": {"name": "f", "args": {"a": 2}}}]
+    assert last["candidates"][0]["finishReason"] == "STOP"
+    assert last["usageMetadata"]["totalTokenCount"] == 6
+
+
+def test_gemini_writer_json_array_and_error():
+    call = Call("r", "chat", "gemini", "pub", {}, upstream_model="pub")
+    call.extra["sse"] = False
+    w = gface.StreamWriter(call)
+    out = w.write(Chunk(chunk("c", "m", {"content": "a"})))
+    out += w.write(Chunk(chunk("c", "m", {"content": "b"})))
+    out += w.error(503, "gone")
+    arr = json.loads(out)
+    assert [d.get("error", {}).get("status") for d in arr] == [None, None, "UNAVAILABLE"]
+    w2 = gface.StreamWriter(call)
+    assert json.loads(w2.finish())[0]["candidates"][0]["finishReason"] == "STOP"
+    # A Gemini upstream's own SSE event becomes an array element unchanged.
+    w3 = gface.StreamWriter(call)
+    raw = b'data: {"candidates": [], "modelVersion": "pub"}\r\n\r\n'
+    assert json.loads(w3.write(Chunk(None, raw)) + w3.finish()) == [
+        {"candidates": [], "modelVersion": "pub"}]
+
+
+# ---- embeddings --------------------------------------------------------------------
+def test_embeddings_both_ways():
+    b = ge.request_to_openai({"requests": [
+        {"content": {"parts": [{"text": "a"}, {"text": "b"}]}, "outputDimensionality": 4},
+        {"content": {"parts": [{"text": "c"}]}}]}, "batchEmbedContents", "pub")
+    assert b == {"model": "pub", "input": ["ab", "c"], "dimensions": 4}
+    g = ge.request_from_openai({"input": "x", "dimensions": 3}, "up")
+    assert g == {"requests": [{"model": "models/up", "content": {"parts": [{"text": "x"}]},
+                               "outputDimensionality": 3}]}
+    with pytest.raises(RelayError):
+        ge.request_from_openai({"input": [[1, 2, 3]]}, "up")
+    answer = {"embeddings": [{"values": [0.5, -1.0]}, {"values": [0.25, 2.0]}]}
+    o = ge.response_to_openai(answer, "pub", "base64", 7)
+    assert o["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
+    assert ge.response_from_openai(o, "batchEmbedContents") == answer
+    single = ge.response_from_openai(ge.response_to_openai({"embedding": {"values": [1.0]}},
+                                                           "p", None, 1), "embedContent")
+    assert single == {"embedding": {"values": [1.0]}}
+    with pytest.raises(RelayError):
+        ge.requests_of({"requests": []}, "batchEmbedContents")
+
+
+def test_malformed_parts_are_400_not_500():
+    bad = json.dumps({"contents": [{"parts": [{"inlineData": "x"}]}]}).encode()
+    with pytest.raises(RelayError) as ei:
+        gface.parse("r", bad, "m", "generateContent", True)
+    assert ei.value.status == 400
+
+
+def test_unreadable_stream_event_is_value_error():
+    from relay.adaptors.gemini import GeminiStream
+    reader = GeminiStream(Call("r", "chat", "openai", "m", {}), passthrough=False)
+    with pytest.raises(ValueError):
+        reader.feed(b'data: {"candidates": [{"content": {"parts": ["not-a-part"]}}]}\n\n')
+
+
+def test_int_enums_from_the_legacy_library():
+    doc = {"contents": [{"parts": [{"text": "q"}]}],
+           "tools": [{"functionDeclarations": [{"name": "f", "parameters": {
+               "type": 6, "properties": {"n": {"type": 3}, "xs": {"type": 5, "items": {
+                   "type": 1}}}}}]}],
+           "toolConfig": {"functionCallingConfig": {"mode": 3}}}
+    b = gc.request_to_openai(doc, "m")
+    assert b["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {
+        "n": {"type": "integer"}, "xs": {"type": "array", "items": {"type": "string"}}}}
+    assert b["tool_choice"] == "none"
