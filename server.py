@@ -169,6 +169,11 @@ async def serve(config) -> None:
 
 def main(argv=None) -> None:
     config = settings_mod.load(sys.argv[1:] if argv is None else argv)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
     asyncio.run(serve(config))
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from models.store import DuplicateKeyError
@@ -92,7 +91,6 @@ class Billing:
         self.idle_release = idle_release
         self._bal: dict[tuple[str, int], _Balance] = {}
         self._open: dict[str, Reservation] = {}
-        self._closed: OrderedDict[str, Reservation] = OrderedDict()
         self._flusher: asyncio.Task | None = None
         self._flush_lock = asyncio.Lock()
         self.before_flush = []  # async callables run at each flush (usage log)
@@ -164,17 +162,11 @@ class Billing:
             b.spent += cost
             b.dirty = True
         res.charged = cost
-        self._remember(res)
         self._publish(res.user_id, res.token_id)
         return cost
 
     async def refund(self, res: Reservation) -> None:
         await self.settle(res, 0)
-
-    def _remember(self, res: Reservation) -> None:
-        self._closed[res.request_id] = res
-        while len(self._closed) > 10_000:
-            self._closed.popitem(last=False)
 
     async def _lease(self, b: _Balance, amount: int) -> None:
         """Lease from the store until `b.available >= amount`, or raise."""

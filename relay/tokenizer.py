@@ -28,7 +28,10 @@ def _encoding(model: str):
 def count_text(text: str, model: str = "") -> int:
     if not text:
         return 0
-    return len(_encoding(model).encode(text))
+    # encode_ordinary: user text that happens to contain a special token
+    # such as <|endoftext|> is text to us (encode() would raise), and it is
+    # twice as fast.
+    return len(_encoding(model).encode_ordinary(text))
 
 
 def _content_text(content: Any) -> tuple[str, int]:

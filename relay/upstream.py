@@ -189,12 +189,15 @@ class Upstream:
                           allow_nonstandard_methods=True,
                           connect_timeout=self.connect_timeout,
                           request_timeout=24 * 3600,
-                          streaming_callback=chunk_cb, prepare_curl_callback=prepare,
+                          # A whole answer is collected by libcurl's own buffer: no
+                          # per-chunk hop through the IOLoop for it.
+                          streaming_callback=chunk_cb if on_chunk is not None else None,
+                          prepare_curl_callback=prepare,
                           decompress_response=True, follow_redirects=False)
         t0 = time.monotonic()
         try:
             try:
-                await self.client.fetch(req, raise_error=False)
+                whole = await self.client.fetch(req, raise_error=False)
             finally:
                 # libcurl handles are pooled: never touch this one again.
                 watch.cancel._curl = None
@@ -207,7 +210,11 @@ class Upstream:
         if watch.reason:
             return Response(status, resp_headers, b"", streamed=state["started"],
                             error=self._map_reason(watch.reason), broken=state["started"])
-        body = bytes(state["err_body"]) if status >= 400 else b"".join(state["body"])
+        if on_chunk is None:
+            body = whole.body or b""
+            watch.last_data = watch.last_data or time.monotonic()
+        else:
+            body = bytes(state["err_body"]) if status >= 400 else b"".join(state["body"])
         resp = Response(status, resp_headers, body,
                         streamed=status < 400 and on_chunk is not None,
                         first_byte_at=(watch.last_data - t0) if watch.last_data else 0.0)

@@ -212,3 +212,9 @@ def test_channel_can_opt_out_of_stream_usage(relay, admin, fake, world):
         assert items and items[0]["estimated"] is True and items[0]["quota"] > 0
         assert items[0]["completion_tokens"] > 0 and items[0]["prompt_tokens"] > 0
     eventually(billed)
+
+
+def test_special_token_text_is_just_text(world):
+    r = client(world).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "end <|endoftext|> <|im_start|>"}])
+    assert r.choices[0].message.content
