@@ -122,16 +122,31 @@ def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict) ->
 
 
 class OpenAIStream(StreamReader):
-    def __init__(self, keep_raw: bool):
+    """OpenAI SSE from the upstream.
+
+    `lazy` is the pass-through fast path (an OpenAI client, no model rename):
+    events go out as they came and are only parsed when they may carry usage;
+    the generated text, needed only to estimate a call that lost its usage,
+    is parsed from the kept event data on demand.
+    """
+
+    def __init__(self, keep_raw: bool, lazy: bool = False):
         super().__init__()
         self.parser = sse.SSEParser()
         self.keep_raw = keep_raw
+        self.lazy = lazy and keep_raw
+        self._unparsed: list[str] = []
 
     def _events(self, events) -> list[Chunk]:
         out = []
         for ev in events:
             if ev.data == "[DONE]":
                 out.append(Chunk(None, sse.DONE if self.keep_raw else None))
+                continue
+            raw = sse.encode(ev.data, ev.event or None) if self.keep_raw else None
+            if self.lazy and '"usage"' not in ev.data:
+                self._unparsed.append(ev.data)
+                out.append(Chunk(None, raw))
                 continue
             try:
                 doc = json.loads(ev.data)
@@ -140,9 +155,18 @@ class OpenAIStream(StreamReader):
             if doc.get("usage"):
                 self.usage = usage_from(doc["usage"])
             self.text_parts.append(delta_text(doc))
-            raw = sse.encode(ev.data, ev.event or None) if self.keep_raw else None
             out.append(Chunk(doc, raw))
         return out
+
+    @property
+    def text(self) -> str:
+        for data in self._unparsed:
+            try:
+                self.text_parts.append(delta_text(json.loads(data)))
+            except ValueError:
+                pass
+        self._unparsed.clear()
+        return "".join(self.text_parts)
 
     def feed(self, data: bytes) -> list[Chunk]:
         return self._events(self.parser.feed(data))
@@ -183,7 +207,8 @@ class OpenAIAdaptor(Adaptor):
     def stream(self, call: Call) -> StreamReader:
         if call.endpoint == "speech":
             return BinaryStream(call)
-        return OpenAIStream(keep_raw=call.face == "openai")
+        raw = call.face == "openai"
+        return OpenAIStream(keep_raw=raw, lazy=raw and call.upstream_model == call.model)
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
         if call.endpoint == "transcriptions":
