@@ -309,7 +309,9 @@ class RelayService:
             emit(writer.finish())
         elif out.started and not sink.closed:
             emit(writer.error(out.error.status, out.error.message))
-        out.streamed_text = reader.text
+        # The text is needed only to estimate a call that lost its usage.
+        if out.usage is None:
+            out.streamed_text = reader.text
         return out
 
     # ---- 7-8: settle and log ------------------------------------------------
