@@ -234,6 +234,22 @@ class RelayHandler(Base):
         return await self.ctx["service"].authenticate(self.api_key(), self.client_ip(),
                                                       self.request.host)
 
+    async def run_relay(self, auth, call, face) -> None:
+        """Relay one call through the service and write its answer in the
+        face's format (streams were written as they came)."""
+        out = await self.ctx["service"].relay(call, auth, self, face, self.cancel)
+        if out.error is not None:
+            return self.send_error_body(out.error)
+        if call.stream:
+            if not self.closed:
+                self.finish()
+            return
+        self.set_header("Content-Type", "application/json")
+        if out.raw is not None:
+            self.finish(out.raw)
+        else:
+            self.finish(json.dumps(face.render(call, out.body), ensure_ascii=False))
+
     # ---- errors -------------------------------------------------------------
     def write_error(self, status_code: int, **kwargs) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]

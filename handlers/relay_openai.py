@@ -4,7 +4,6 @@ Each route also answers without the /v1 prefix and with a trailing slash.
 """
 from __future__ import annotations
 
-import json
 import time
 
 from handlers.base import RelayHandler
@@ -18,19 +17,7 @@ class _OpenAIRelay(RelayHandler):
 
     async def post(self) -> None:
         auth = await self.auth()
-        call = type(self).parse(self.request_id, self.body)
-        out = await self.ctx["service"].relay(call, auth, self, face, self.cancel)
-        if out.error is not None:
-            return self.send_error_body(out.error)
-        if call.stream:
-            if not self.closed:
-                self.finish()
-            return
-        self.set_header("Content-Type", "application/json")
-        if out.raw is not None:
-            self.finish(out.raw)
-        else:
-            self.finish(json.dumps(face.render(call, out.body), ensure_ascii=False))
+        await self.run_relay(auth, type(self).parse(self.request_id, self.body), face)
 
 
 class ChatHandler(_OpenAIRelay):

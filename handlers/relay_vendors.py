@@ -7,7 +7,6 @@ never match the OpenAI /v1/models/{m} route, which excludes ':'.
 """
 from __future__ import annotations
 
-import json
 
 from handlers.base import RelayHandler
 from relay.errors import RelayError
@@ -19,19 +18,7 @@ class _VendorRelay(RelayHandler):
     face = None
 
     async def relay(self, auth, call) -> None:
-        """Run the call through the service and write its answer."""
-        out = await self.ctx["service"].relay(call, auth, self, self.face, self.cancel)
-        if out.error is not None:
-            return self.send_error_body(out.error)
-        if call.stream:
-            if not self.closed:
-                self.finish()
-            return
-        self.set_header("Content-Type", "application/json")
-        if out.raw is not None:
-            self.finish(out.raw)
-        else:
-            self.finish(json.dumps(self.face.render(call, out.body), ensure_ascii=False))
+        await self.run_relay(auth, call, self.face)
 
 
 class _AnthropicHeaders:
