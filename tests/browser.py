@@ -11,6 +11,7 @@ import tempfile
 import time
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
@@ -75,8 +76,14 @@ class Browser:
 
     def wait(self, cond, timeout: float = 30, what: str = "condition"):
         """Poll cond(driver) until it returns something truthy."""
-        return WebDriverWait(self.driver, timeout, poll_frequency=0.2).until(
+        return WebDriverWait(self.driver, timeout, poll_frequency=0.2,
+                             ignored_exceptions=(StaleElementReferenceException,)).until(
             lambda d: cond(d), message=f"timed out waiting for {what}")
+
+    def texts(self, css: str) -> list[str]:
+        """Texts of all matches, read at once (rows re-rendered meanwhile cannot go stale)."""
+        return self.driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map((e) => e.innerText)", css)
 
     def text(self, css: str) -> str:
         return self.find(css).text

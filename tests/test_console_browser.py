@@ -1,0 +1,361 @@
+"""The console in a real browser: Debian's headless Chromium driven by
+selenium against a real relay process, a fake upstream and a local webhook
+receiver.  Saves screenshots of the main pages to test-artifacts/screenshots/."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
+
+from tests import browser as chromium
+from tests.fakes.openai_upstream import FakeOpenAI
+from tests.helpers import ADMIN_PASSWORD, Api
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not chromium.available(),
+                                 reason="needs Debian's chromium and chromium-driver "
+                                        "(tests/run.sh installs them)")]
+
+PASSWORD = "password123"
+EMAIL = "dora@example.test"
+
+
+class WebhookReceiver:
+    """A local HTTP endpoint that records what is POSTed to it."""
+
+    def __init__(self):
+        received = self.received = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                received.append({"path": self.path, "headers": dict(self.headers),
+                                 "body": body.decode(errors="replace")})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"ok": true}')
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    fake = FakeOpenAI().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def env(relay, admin, upstream):
+    admin.create_channel(upstream.url, ["gpt-4o-mini", "gpt-4o"], groups=["default", "vip"],
+                         name="fake-openai")
+    admin.set_price("gpt-4o-mini", input_price=2, output_price=8)
+    admin.set_price("gpt-4o", input_price=5, output_price=15)
+    admin.put("/api/console/options", {"purchase_rate": 0.7})
+    user = admin.create_user("dora", PASSWORD, quota=10 * 500_000, email=EMAIL)
+    return {"user": user, "api": Api.login(relay.url, "dora", PASSWORD)}
+
+
+@pytest.fixture(scope="module")
+def b(env):
+    br = chromium.Browser()
+    yield br
+    br.quit()
+
+
+@pytest.fixture(scope="module")
+def admin_b(env):
+    br = chromium.Browser()
+    yield br
+    br.quit()
+
+
+def no_script_errors(br) -> None:
+    """Script errors and CSP violations fail the test; a 404 of an optional API does not."""
+    bad = [e for e in br.errors() if "Failed to load resource" not in e]
+    assert bad == [], bad
+
+
+def quota_of(br) -> int:
+    return int(br.find("#balance").get_attribute("data-quota") or -1)
+
+
+# ---- sign-in -------------------------------------------------------------------
+def test_login_shows_errors_then_signs_in_by_email_with_the_keyboard(relay, env, b):
+    b.get(relay.url + "/console/keys")
+    assert "/console/login?next=" in b.driver.current_url
+    b.type("#username", "dora")
+    b.type("#password", "wrong-password")
+    b.click("#login-submit")
+    b.wait(lambda d: "Wrong user name or password" in b.text("#login-status"), what="error")
+    b.screenshot("login")
+    # Keyboard only: the e-mail address instead of the user name, Tab, Enter.
+    field = b.find("#username")
+    field.clear()
+    field.send_keys(EMAIL, Keys.TAB)
+    active = b.driver.switch_to.active_element
+    assert active.get_attribute("id") == "password"
+    active.clear()
+    active.send_keys(PASSWORD, Keys.ENTER)
+    b.wait(lambda d: d.current_url.endswith("/console/keys"), what="redirect back to keys")
+    b.find("#live-dot.open")
+    no_script_errors(b)
+
+
+def test_dashboard_plots_usage_and_times_base_addresses(relay, env, b, upstream):
+    key = env["api"].create_token("warmup", unlimited_quota=True)
+    for model in ("gpt-4o-mini", "gpt-4o"):
+        r = requests.post(relay.url + "/v1/chat/completions",
+                          headers={"Authorization": f"Bearer {key['key']}"},
+                          json={"model": model, "messages": [{"role": "user", "content": "x"}]},
+                          timeout=60)
+        assert r.status_code == 200
+    time.sleep(1.0)
+    b.get(relay.url + "/console/")
+    chart = b.find("#chart canvas")  # uPlot draws on a canvas
+    assert chart.size["width"] > 200
+    b.wait(lambda d: b.find("#chart").get_attribute("data-models") == "gpt-4o,gpt-4o-mini",
+           what="a series per model")
+    assert b.find("#chart").get_attribute("data-points") == "30"
+    assert len(b.all("#chart .u-legend .u-series")) == 4  # time, total, two models
+    row = b.wait(lambda d: b.all("#bases tbody tr[data-ms]"), what="a measured latency")[0]
+    assert row.get_attribute("data-url") == relay.url
+    assert "ms" in row.text and "fastest" in row.text
+    b.wait(lambda d: b.text("#requests-30") == "2", what="request count")
+    b.screenshot("dashboard")
+    no_script_errors(b)
+
+
+# ---- keys ----------------------------------------------------------------------
+def test_create_key_with_group_allow_list_and_model_lock(relay, env, b):
+    b.get(relay.url + "/console/keys")
+    b.find("#keys-table tbody tr")
+    b.click("#new-key")
+    b.type("#k-name", "browser-key")
+    Select(b.find("#k-group")).select_by_value("vip")
+    b.wait(lambda d: "Rate ×1.2" in b.text("#k-group-info"), what="group rate shown")
+    b.find("#k-unlimited").click()
+    assert not b.find("#k-quota").is_enabled()
+    b.type("#k-ips", "127.0.0.1\n300.1.2.3")
+    b.wait(lambda d: "300.1.2.3" in b.text("#k-ips-error"), what="IP validation")
+    b.type("#k-ips", "127.0.0.1\n10.0.0.0/8\n::1")
+    assert b.text("#k-ips-error") == ""
+    b.find("#k-lock").click()
+    b.wait(lambda d: len(b.all("#k-models-list input")) == 2, what="models of the group")
+    b.find("#k-models-list input[value='gpt-4o-mini']").click()
+    b.screenshot("key-form")
+    b.click("#key-save")
+    created = b.visible("#key-created-value")
+    assert created.text.startswith("sk-")
+    b.click("#key-created-close")
+    row = b.wait(lambda d: [r for r in b.all("#keys-table tbody tr")
+                            if r.get_attribute("data-name") == "browser-key"], what="row")[0]
+    cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[2] == "vip" and cells[3] == "Unlimited"
+    assert cells[6] == "127.0.0.1, 10.0.0.0/8, ::1" and cells[7] == "gpt-4o-mini"
+    assert "*" in row.find_element(By.CSS_SELECTOR, ".masked").text  # masked in the table
+    tok = [k for k in env["api"].get("/api/token/")["data"]["items"] if k["name"] == "browser-key"][0]
+    assert tok["group"] == "vip" and tok["model_limits_enabled"] and tok["model_limits"] == "gpt-4o-mini"
+    assert tok["allow_ips"] == "127.0.0.1\n10.0.0.0/8\n::1" and tok["unlimited_quota"]
+    b.screenshot("keys")
+    no_script_errors(b)
+
+
+def test_chat_button_streams_a_reply_and_the_balance_ticks_down(relay, env, b, upstream, admin):
+    b.get(relay.url + "/console/keys")
+    row = b.wait(lambda d: [r for r in b.all("#keys-table tbody tr")
+                            if r.get_attribute("data-name") == "browser-key"], what="row")[0]
+    row.find_element(By.CSS_SELECTOR, "button.chat").click()
+    b.wait(lambda d: "/console/chat?" in d.current_url, what="chat page")
+    b.find("body[data-ready='1']")
+    assert b.find("#chat-model").get_attribute("value") == "gpt-4o-mini"
+    assert b.find("#chat-base").get_attribute("value") == relay.url
+    assert Select(b.find("#chat-key")).first_selected_option.text.startswith("browser-key")
+    b.wait(lambda d: quota_of(b) > 0, what="balance")
+    before = quota_of(b)
+    sent_before = len(upstream.requests)
+    b.type("#chat-text", "Say hello")
+    b.click("#chat-send")
+    reply = b.find(".msg.assistant[data-done='1']", timeout=60)
+    assert "Hello from the fake upstream." in reply.text
+    assert upstream.requests[sent_before:][-1]["body"]["model"] == "gpt-4o-mini"
+    # The balance changes without a reload: pushed over the websocket.
+    b.wait(lambda d: 0 <= quota_of(b) < before, what="balance to tick down")
+    b.screenshot("chat")
+    # An admin's adjustment shows up live too.
+    now = quota_of(b)
+    admin.post(f"/api/user/{env['user']['id']}/quota", {"amount": 500_000, "reason": "gift"})
+    b.wait(lambda d: quota_of(b) == now + 500_000, what="pushed adjustment")
+    # The conversation survives a reload (kept in the browser).
+    b.driver.refresh()
+    b.wait(lambda d: len(b.all(".msg")) == 2, what="history restored")
+    no_script_errors(b)
+
+
+def test_markdown_renders_safely(relay, b):
+    b.get(relay.url + "/console/chat")
+    b.find("body[data-ready='1']")
+    out = b.driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        import('/static/js/markdown.js').then((m) => {
+          const box = document.createElement('div');
+          box.append(m.render('<img src=x onerror="window.pwned=1"> **bold** [x](javascript:alert(1))\\n'
+            + '```js\\nconst a = "<b>";\\n```\\n- one\\n- two'));
+          done({html: box.innerHTML, imgs: box.querySelectorAll('img').length,
+                code: box.querySelector('pre code').textContent,
+                strong: box.querySelector('strong') && box.querySelector('strong').textContent,
+                links: box.querySelectorAll('a').length, items: box.querySelectorAll('li').length,
+                pwned: !!window.pwned});
+        });
+    """)
+    assert out["imgs"] == 0 and not out["pwned"] and out["links"] == 0
+    assert out["code"] == 'const a = "<b>";' and out["strong"] == "bold" and out["items"] == 2
+    assert "&lt;img" in out["html"]
+
+
+def test_usage_page_filters_and_exports(relay, env, b):
+    b.get(relay.url + "/console/usage")
+    b.wait(lambda d: len(b.texts("#usage-table tbody tr[data-id]")) >= 3, what="records")
+    b.type("#f-model", "gpt-4o-mini")
+    b.click("#usage-filter button[type='submit']")
+    b.wait(lambda d: all("gpt-4o-mini" in t for t in b.texts("#usage-table tbody tr"))
+           and b.text("#t-requests") == "2", what="filtered records")
+    href = b.find("#usage-csv").get_attribute("href")
+    assert "/api/log/self/export?" in href and "model=gpt-4o-mini" in href
+    b.screenshot("usage")
+    no_script_errors(b)
+
+
+def test_redeem_a_code(relay, env, b, admin):
+    code = admin.post("/api/redemption/", {"name": "promo", "quota": 1_000_000, "count": 1})["data"][0]
+    b.get(relay.url + "/console/topup")
+    assert "Pay 0.7 per credit (30.0% off" in b.text("#purchase-rate")
+    b.wait(lambda d: quota_of(b) > 0, what="balance")
+    before = quota_of(b)
+    b.type("#redeem-code", code)
+    b.click("#redeem-submit")
+    b.wait(lambda d: "Added 2.00 credits" in b.text("#redeem-status"), what="redeemed")
+    b.wait(lambda d: quota_of(b) == before + 1_000_000, what="new balance")
+    b.screenshot("topup")
+    b.type("#redeem-code", code)
+    b.click("#redeem-submit")
+    b.wait(lambda d: "already been used" in b.text("#redeem-status"), what="second use refused")
+    no_script_errors(b)
+
+
+def test_notification_subscription_and_test_to_a_local_webhook(relay, env, b):
+    if requests.get(relay.url + "/api/notify/channels", timeout=10).status_code == 404:
+        pytest.skip("/api/notify/channels is not in this build (the notifications branch adds it)")
+    hook = WebhookReceiver()
+    try:
+        b.get(relay.url + "/console/notify")
+        b.find("body[data-ready='1']")
+        b.click("#new-sub")
+        b.type("#s-name", "ops hook")
+        b.find("#ev-announcement").click()
+        b.find("#ev-user").click()
+        b.type("#s-user-threshold", "1.5")
+        Select(b.find("#s-channel")).select_by_value("webhook")
+        b.type("#channel-fields [data-field='url']", hook.url)
+        b.type("#channel-fields [data-field='body_template']",
+               '{"text": "{{title}}"}')
+        b.click("#preview-btn")
+        b.wait(lambda d: b.text("#preview-out") != "", what="preview")
+        b.screenshot("notifications")
+        b.click("#sub-save")
+        row = b.wait(lambda d: b.all("#subs-table tbody tr[data-id]"), what="saved row")[0]
+        assert "ops hook" in row.text
+        sub = env["api"].get("/api/subscription/")["data"]
+        sub = (sub if isinstance(sub, list) else sub["items"])[0]
+        assert sub["event_types"] == ["announcement", "user_quota_warning"]
+        assert sub["user_threshold"] == 750_000 and sub["channel_type"] == "webhook"
+        row.find_element(By.CSS_SELECTOR, "button.test").click()
+        b.wait(lambda d: hook.received, timeout=60, what="the test delivery")
+        assert hook.received[0]["path"] == "/hook"
+        no_script_errors(b)
+    finally:
+        hook.stop()
+
+
+# ---- admin ---------------------------------------------------------------------
+def test_admin_adds_a_channel_and_a_price(relay, admin, admin_b, upstream):
+    br = admin_b
+    br.login(relay.url, "root", ADMIN_PASSWORD)
+    br.get(relay.url + "/console/admin/channels")
+    br.find("#channels-table tbody tr")
+    br.click("#new-channel")
+    br.type("#ch-name", "second-upstream")
+    br.type("#ch-base", upstream.url)
+    br.type("#ch-key", "upstream-secret")
+    br.type("#ch-models", "gpt-4.1-mini, gpt-4o-mini")
+    br.type("#ch-priority", "5")
+    br.type("#ch-weight", "3")
+    br.type("#ch-mapping", '{"gpt-4.1-mini": "gpt-4o-mini"}')
+    br.click("#channel-save")
+    row = br.wait(lambda d: [r for r in br.all("#channels-table tbody tr")
+                             if r.get_attribute("data-name") == "second-upstream"], what="row")[0]
+    row.find_element(By.CSS_SELECTOR, "button.test").click()
+    br.wait(lambda d: "ms" in row.find_element(By.CSS_SELECTOR, ".test-result").text,
+            timeout=60, what="channel test")
+    assert "✓" in row.find_element(By.CSS_SELECTOR, ".test-result").text
+    br.screenshot("admin-channels")
+    chans = admin.get("/api/channel/?size=100")["data"]["items"]
+    ch = [c for c in chans if c["name"] == "second-upstream"][0]
+    assert ch["priority"] == 5 and ch["weight"] == 3
+    assert ch["model_mapping"] == {"gpt-4.1-mini": "gpt-4o-mini"}
+    assert ch["models"] == ["gpt-4.1-mini", "gpt-4o-mini"] and "upstream-secret" not in ch["key"]
+
+    br.get(relay.url + "/console/admin/prices")
+    br.find("#prices-table tbody tr")
+    br.type("#p-model", "gpt-4.1-mini")
+    br.type("#p-input", "0.4")
+    br.type("#p-output", "1.6")
+    br.click("#price-save")
+    br.wait(lambda d: [r for r in br.all("#prices-table tbody tr")
+                       if r.get_attribute("data-model") == "gpt-4.1-mini"], what="price row")
+    price = [p for p in admin.get("/api/price/")["data"] if p["model"] == "gpt-4.1-mini"][0]
+    assert price["input_price"] == 0.4 and price["output_price"] == 1.6
+    br.screenshot("admin-prices")
+    for page in ("users", "codes", "groups", "announcements", "settings"):
+        br.get(relay.url + f"/console/admin/{page}")
+        br.find("#main h1")
+        time.sleep(0.5)
+        if page in ("users", "settings"):
+            br.screenshot(f"admin-{page}")
+    no_script_errors(br)
+
+
+def test_phone_width_layout(relay, env):
+    br = chromium.Browser(width=390, height=844)
+    try:
+        br.login(relay.url, "dora", PASSWORD)
+        for path, shot in (("/console/", "phone-dashboard"), ("/console/keys", "phone-keys")):
+            br.get(relay.url + path)
+            br.find("#live-dot.open")
+            time.sleep(0.5)
+            overflow = br.js("return document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 1, f"{path} is wider than the phone by {overflow}px"
+            br.screenshot(shot)
+        assert not br.find("#nav").is_displayed()
+        br.click("#nav-toggle")
+        assert br.find("#nav").is_displayed()
+        assert br.find("#nav-toggle").get_attribute("aria-expanded") == "true"
+        no_script_errors(br)
+    finally:
+        br.quit()
