@@ -21,15 +21,18 @@ function drawChart() {
   $('#chart-empty').hidden = models.length > 0;
   const total = metric === 'quota' ? daily.total_quota : daily.total_requests;
   const data = [daily.timestamps, total.map((v) => v * scale)];
-  const series = [{}, { label: t('dash.total'), stroke: '#111827', width: 2 }];
+  const fmt = (v) => (v == null ? '--' : Number(v).toLocaleString(undefined, { maximumSignificantDigits: 4 }));
+  const value = (u, v) => fmt(v);
+  const series = [{}, { label: t('dash.total'), stroke: '#111827', width: 2, value }];
   models.forEach((m, i) => {
     data.push(daily[metric][m].map((v) => v * scale));
-    series.push({ label: m, stroke: COLORS[i % COLORS.length], width: 1.5 });
+    series.push({ label: m, stroke: COLORS[i % COLORS.length], width: 1.5, value });
   });
   const width = Math.max(280, box.clientWidth || 600);
   plot = new uPlot({
     width, height: 260, series,
-    axes: [{}, { label: metric === 'quota' ? t('dash.spend_axis') : t('dash.requests') }],
+    axes: [{}, { label: metric === 'quota' ? t('dash.spend_axis') : t('dash.requests'),
+      size: 70, values: (u, vals) => vals.map(fmt) }],
     scales: { x: { time: true } },
   }, data, box);
   box.dataset.points = String(daily.timestamps.length);
