@@ -127,7 +127,10 @@ async function load() {
 async function test(s) {
   try {
     const r = await post(`/api/subscription/${s.id}/test`);
-    toast(t('notify.test_sent') + (r && r.status ? ` (${r.status})` : ''));
+    if (r && r.ok === false) showError(null, new Error(t('notify.test_failed', { error: r.error || '' })));
+    else toast(t('notify.test_sent') + (r && r.receipt ? ` (${r.receipt})` : ''));
+    const tr = document.querySelector(`#subs-table tr[data-id="${Number(s.id)}"]`);
+    if (tr) tr.dataset.test = r && r.ok === false ? 'failed' : 'sent';
     await deliveries(s);
   } catch (e) { showError(null, e); }
 }
@@ -138,7 +141,8 @@ async function deliveries(s) {
     const data = await get(`/api/subscription/${s.id}/deliveries`);
     const items = Array.isArray(data) ? data : data.items || [];
     list.replaceChildren(...items.map((d) => el('li', { dataset: { status: d.status } },
-      `${when(d.created_at || d.updated_at)} · ${d.event_type || ''} · ${d.status}`, d.error ? ` · ${d.error}` : '', d.receipt ? ` · ${d.receipt}` : '')));
+      `${when(d.created_at || d.updated_at)} · ${d.title || d.event_type || ''} · ${d.status}`,
+      d.last_error ? ` · ${d.last_error}` : '', d.receipt ? ` · ${d.receipt}` : '')));
     if (!items.length) list.append(el('li', { class: 'muted' }, t('common.empty')));
   } catch (e) { showError(null, e); }
 }
@@ -172,6 +176,7 @@ $('#preview-btn').addEventListener('click', async () => {
   try {
     const r = await post('/api/subscription/preview', { channel_type: $('#s-channel').value, channel_config: collectConfig(), event_type: evType });
     $('#preview-out').textContent = typeof r === 'string' ? r : (r.body ?? JSON.stringify(r, null, 2));
+    if (r && r.variables) $('#preview-vars').textContent = t('notify.variables', { names: Object.keys(r.variables).map((k) => `{{ ${k} }}`).join(', ') });
   } catch (e) { $('#preview-out').textContent = e.message; }
 });
 $('#push-qr').addEventListener('click', async () => {
@@ -195,7 +200,15 @@ $('#push-qr').addEventListener('click', async () => {
   } catch (e) { showError(null, e); }
 });
 
+$('#marketing-opt-in').addEventListener('change', async (ev) => {
+  try {
+    await put('/api/user/self', { marketing_opt_in: ev.target.checked });
+    toast(t('common.saved'));
+  } catch (e) { ev.target.checked = !ev.target.checked; showError(null, e); }
+});
+
 (async () => {
+  get('/api/user/self').then((me) => { $('#marketing-opt-in').checked = !!me.marketing_opt_in; });
   try {
     channels = await get('/api/notify/channels');
   } catch (e) {
