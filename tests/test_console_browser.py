@@ -73,15 +73,18 @@ def env(relay, admin, upstream):
 
 
 @pytest.fixture(scope="module")
-def b(env):
+def b(relay, env):
+    """dora's browser, signed in."""
     br = chromium.Browser()
+    br.login(relay.url, "dora", PASSWORD)
     yield br
     br.quit()
 
 
 @pytest.fixture(scope="module")
-def admin_b(env):
+def admin_b(relay, env):
     br = chromium.Browser()
+    br.login(relay.url, "root", ADMIN_PASSWORD)
     yield br
     br.quit()
 
@@ -97,7 +100,15 @@ def quota_of(br) -> int:
 
 
 # ---- sign-in -------------------------------------------------------------------
-def test_login_shows_errors_then_signs_in_by_email_with_the_keyboard(relay, env, b):
+@pytest.fixture
+def fresh_b():
+    br = chromium.Browser()
+    yield br
+    br.quit()
+
+
+def test_login_shows_errors_then_signs_in_by_email_with_the_keyboard(relay, env, fresh_b):
+    b = fresh_b
     b.get(relay.url + "/console/keys")
     assert "/console/login?next=" in b.driver.current_url
     b.type("#username", "dora")
@@ -277,6 +288,7 @@ def test_notification_subscription_and_test_to_a_local_webhook(relay, env, b):
                '{"text": "{{title}}"}')
         b.click("#preview-btn")
         b.wait(lambda d: b.text("#preview-out") != "", what="preview")
+        b.js("document.querySelector('#preview-out').scrollIntoView({block: 'center'})")
         b.screenshot("notifications")
         b.click("#sub-save")
         row = b.wait(lambda d: b.all("#subs-table tbody tr[data-id]"), what="saved row")[0]
@@ -287,6 +299,7 @@ def test_notification_subscription_and_test_to_a_local_webhook(relay, env, b):
         assert sub["user_threshold"] == 750_000 and sub["channel_type"] == "webhook"
         row.find_element(By.CSS_SELECTOR, "button.test").click()
         b.wait(lambda d: hook.received, timeout=60, what="the test delivery")
+        b.find("#subs-table tr[data-test='sent']")
         assert hook.received[0]["path"] == "/hook"
         no_script_errors(b)
     finally:
@@ -296,7 +309,6 @@ def test_notification_subscription_and_test_to_a_local_webhook(relay, env, b):
 # ---- admin ---------------------------------------------------------------------
 def test_admin_adds_a_channel_and_a_price(relay, admin, admin_b, upstream):
     br = admin_b
-    br.login(relay.url, "root", ADMIN_PASSWORD)
     br.get(relay.url + "/console/admin/channels")
     br.find("#channels-table tbody tr")
     br.click("#new-channel")
