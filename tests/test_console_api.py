@@ -105,6 +105,10 @@ def test_console_options_validate_and_apply(relay, admin, carol):
         r = requests.post(relay.url + "/api/user/register",
                           json={"username": "newbie", "password": "password123"}, timeout=10)
         assert r.status_code == 403
+        assert 'id="register-closed"' in requests.get(relay.url + "/console/register",
+                                                      timeout=10).text
+        assert "/console/register" not in requests.get(relay.url + "/console/login",
+                                                       timeout=10).text
         s, _ = cookie_session(relay.url, "carol", PASSWORD)
         page = s.get(relay.url + "/console/topup", timeout=10)
         assert "Pay 0.7 per credit (30.0% off" in page.text

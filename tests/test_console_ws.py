@@ -228,3 +228,105 @@ def test_announcements_reach_everyone_marketing_only_opted_in(relay, admin, env)
     finally:
         a.close()
         b.close()
+
+
+class FakeImages:
+    """An image endpoint on a real socket: OpenAI images and a Midjourney-proxy
+    task that finishes on its second poll."""
+
+    def __init__(self):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        seen = self.requests = []
+        polls = {"n": 0}
+
+        class Handler(BaseHTTPRequestHandler):
+            def _reply(self, doc):
+                data = json.dumps(doc).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                seen.append({"path": self.path, "body": body,
+                             "headers": {k.lower(): v for k, v in self.headers.items()}})
+                if self.path == "/v1/images/generations":
+                    return self._reply({"created": 1, "data": [{"url": "https://cdn.test/a.png"}]})
+                if self.path == "/mj/submit/imagine":
+                    return self._reply({"code": 1, "description": "Submitted", "result": "t1"})
+                self.send_error(404)
+
+            def do_GET(self):
+                seen.append({"path": self.path, "body": None,
+                             "headers": {k.lower(): v for k, v in self.headers.items()}})
+                if self.path == "/mj/task/t1/fetch":
+                    polls["n"] += 1
+                    if polls["n"] < 2:
+                        return self._reply({"id": "t1", "status": "IN_PROGRESS", "progress": "50%"})
+                    return self._reply({"id": "t1", "status": "SUCCESS", "progress": "100%",
+                                        "imageUrl": "https://cdn.test/mj.png"})
+                self.send_error(404)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
+def test_image_generation_through_a_configured_base_address(relay, admin, env):
+    fake = FakeImages()
+    admin.put("/api/console/options", {"base_addresses": [{"url": fake.url, "region": "img"}]})
+    a = Session(relay.url, "alice").connect()
+    try:
+        a.send({"type": "image", "id": "i1", "key_id": env["alice"]["key"]["id"],
+                "model": "dall-e-3", "base": fake.url, "prompt": "a red fox"})
+        assert a.wait(lambda m: m.get("id") == "i1" and m["type"] in (
+            "chat_image", "chat_error"))["url"] == "https://cdn.test/a.png"
+        a.wait(lambda m: m.get("id") == "i1" and m["type"] == "chat_done")
+        sent = [r for r in fake.requests if r["path"] == "/v1/images/generations"][0]
+        assert sent["body"]["prompt"] == "a red fox"
+        assert sent["headers"]["authorization"] == f"Bearer {env['alice']['key']['key']}"
+
+        a.send({"type": "image", "id": "i2", "key_id": env["alice"]["key"]["id"],
+                "model": "midjourney", "base": fake.url + "/mj", "prompt": "a blue fox"})
+        img = a.wait(lambda m: m.get("id") == "i2" and m["type"] in ("chat_image", "chat_error"),
+                     timeout=60)
+        assert img["url"] == "https://cdn.test/mj.png", img
+        a.wait(lambda m: m.get("id") == "i2" and m["type"] == "chat_done")
+        progress = "".join(m["text"] for m in a.messages
+                           if m["type"] == "chat_delta" and m["id"] == "i2")
+        assert "t1" in progress and "50%" in progress
+        submit = [r for r in fake.requests if r["path"] == "/mj/submit/imagine"][0]
+        assert submit["headers"]["mj-api-secret"] == env["alice"]["key"]["key"]
+    finally:
+        a.close()
+        admin.put("/api/console/options", {"base_addresses": []})
+        fake.stop()
+
+
+def test_a_session_signed_out_elsewhere_loses_the_socket(relay, admin, env):
+    admin.create_user("frank", PASSWORD, quota=500_000)
+    f = Session(relay.url, "frank").connect()
+    try:
+        # Changing the password signs out every session of the account.
+        r = f.http.put(relay.url + "/api/user/self",
+                       json={"password": "another-password", "original_password": PASSWORD},
+                       headers={"X-CSRF-Token": f.csrf}, timeout=10)
+        assert r.status_code == 200
+        f.http.cookies.clear()
+        f.send({"type": "chat", "id": "z1", "key": "sk-whatever", "model": "gpt-4o-mini",
+                "base": relay.url, "messages": [{"role": "user", "content": "hi"}]})
+        deadline = time.monotonic() + 30
+        while f._reader.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not f._reader.is_alive(), "the server closed the socket"
+        assert not [m for m in f.messages if m.get("id") == "z1"]
+    finally:
+        f.close()
