@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import jinja2
+import tornado.escape
 import tornado.web
 
 from console import status as console_status

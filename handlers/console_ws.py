@@ -43,6 +43,11 @@ class ConsoleSocket(tornado.websocket.WebSocketHandler):
         # A conversation may carry an image of up to 20 MB as base64.
         return self.ctx["config"].max_body_bytes
 
+    @property
+    def ping_interval(self) -> float:
+        # Keeps idle sockets alive through proxies and finds dead peers.
+        return 25.0
+
     async def get(self, *args, **kwargs):
         self.user, self.session = await session_user(self)
         if self.user is None:

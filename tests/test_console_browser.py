@@ -3,7 +3,7 @@ selenium against a real relay process, a fake upstream and a local webhook
 receiver.  Saves screenshots of the main pages to test-artifacts/screenshots/."""
 from __future__ import annotations
 
-import json
+import base64
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +24,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow,
                                         "(tests/run.sh installs them)")]
 
 PASSWORD = "password123"
+PNG_1PX = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAA"
+           "AABJRU5ErkJggg==")
 EMAIL = "dora@example.test"
 
 
@@ -95,6 +97,15 @@ def no_script_errors(br) -> None:
     assert bad == [], bad
 
 
+def ensure_browser_key(env) -> None:
+    """The key the key-form test makes, for running a later test on its own."""
+    items = env["api"].get("/api/token/?size=100")["data"]["items"]
+    if not [k for k in items if k["name"] == "browser-key"]:
+        env["api"].create_token("browser-key", unlimited_quota=True, group="vip",
+                                allow_ips="127.0.0.1\n10.0.0.0/8\n::1",
+                                model_limits_enabled=True, model_limits=["gpt-4o-mini"])
+
+
 def quota_of(br) -> int:
     return int(br.find("#balance").get_attribute("data-quota") or -1)
 
@@ -129,7 +140,8 @@ def test_login_shows_errors_then_signs_in_by_email_with_the_keyboard(relay, env,
     no_script_errors(b)
 
 
-def test_dashboard_plots_usage_and_times_base_addresses(relay, env, b, upstream):
+def make_usage(relay, env) -> None:
+    """One call of each model through the relay, and wait for the records."""
     key = env["api"].create_token("warmup", unlimited_quota=True)
     for model in ("gpt-4o-mini", "gpt-4o"):
         r = requests.post(relay.url + "/v1/chat/completions",
@@ -138,6 +150,15 @@ def test_dashboard_plots_usage_and_times_base_addresses(relay, env, b, upstream)
                           timeout=60)
         assert r.status_code == 200
     time.sleep(1.0)
+
+
+def own_requests(env, model: str = "") -> int:
+    q = f"?model={model}" if model else ""
+    return env["api"].get(f"/api/log/self{q}")["data"]["totals"]["requests"]
+
+
+def test_dashboard_plots_usage_and_times_base_addresses(relay, env, b, upstream):
+    make_usage(relay, env)
     b.get(relay.url + "/console/")
     chart = b.find("#chart canvas")  # uPlot draws on a canvas
     assert chart.size["width"] > 200
@@ -148,7 +169,7 @@ def test_dashboard_plots_usage_and_times_base_addresses(relay, env, b, upstream)
     row = b.wait(lambda d: b.all("#bases tbody tr[data-ms]"), what="a measured latency")[0]
     assert row.get_attribute("data-url") == relay.url
     assert "ms" in row.text and "fastest" in row.text
-    b.wait(lambda d: b.text("#requests-30") == "2", what="request count")
+    b.wait(lambda d: b.text("#requests-30") == str(own_requests(env)), what="request count")
     b.screenshot("dashboard")
     no_script_errors(b)
 
@@ -188,7 +209,9 @@ def test_create_key_with_group_allow_list_and_model_lock(relay, env, b):
     no_script_errors(b)
 
 
-def test_chat_button_streams_a_reply_and_the_balance_ticks_down(relay, env, b, upstream, admin):
+def test_chat_button_streams_a_reply_and_the_balance_ticks_down(relay, env, b, upstream, admin,
+                                                                 tmp_path):
+    ensure_browser_key(env)
     b.get(relay.url + "/console/keys")
     row = b.wait(lambda d: [r for r in b.all("#keys-table tbody tr")
                             if r.get_attribute("data-name") == "browser-key"], what="row")[0]
@@ -216,6 +239,20 @@ def test_chat_button_streams_a_reply_and_the_balance_ticks_down(relay, env, b, u
     # The conversation survives a reload (kept in the browser).
     b.driver.refresh()
     b.wait(lambda d: len(b.all(".msg")) == 2, what="history restored")
+    # An uploaded image goes to the model as a data URL, with the history.
+    png = tmp_path / "dot.png"
+    png.write_bytes(base64.b64decode(PNG_1PX))
+    b.find("body[data-ready='1']")
+    b.find("#chat-image").send_keys(str(png))
+    b.wait(lambda d: b.text("#chat-image-name") == "dot.png", what="image read")
+    b.type("#chat-text", "What is in this picture?")
+    b.click("#chat-send")
+    b.wait(lambda d: len(b.all(".msg")) == 4 and b.all(".msg")[-1].get_attribute("data-done"),
+           timeout=60, what="the reply about the picture")
+    assert b.find(".msg.user img.chat-img").get_attribute("src").startswith("data:image/png")
+    sent = upstream.requests[-1]["body"]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[2]["content"][1]["image_url"]["url"] == "data:image/png;base64," + PNG_1PX
     no_script_errors(b)
 
 
@@ -241,12 +278,15 @@ def test_markdown_renders_safely(relay, b):
 
 
 def test_usage_page_filters_and_exports(relay, env, b):
+    make_usage(relay, env)
     b.get(relay.url + "/console/usage")
-    b.wait(lambda d: len(b.texts("#usage-table tbody tr[data-id]")) >= 3, what="records")
+    b.wait(lambda d: len(b.texts("#usage-table tbody tr[data-id]")) == own_requests(env),
+           what="records")
     b.type("#f-model", "gpt-4o-mini")
     b.click("#usage-filter button[type='submit']")
     b.wait(lambda d: all("gpt-4o-mini" in t for t in b.texts("#usage-table tbody tr"))
-           and b.text("#t-requests") == "2", what="filtered records")
+           and b.text("#t-requests") == str(own_requests(env, "gpt-4o-mini")),
+           what="filtered records")
     href = b.find("#usage-csv").get_attribute("href")
     assert "/api/log/self/export?" in href and "model=gpt-4o-mini" in href
     b.screenshot("usage")
