@@ -58,13 +58,15 @@ class WebhookReceiver:
 
 @pytest.fixture(scope="module")
 def upstream():
-    fake = FakeOpenAI().start()
+    fake = FakeOpenAI(slow_delay=1.0).start()
     yield fake
     fake.stop()
 
 
 @pytest.fixture(scope="module")
 def env(relay, admin, upstream):
+    admin.create_channel(upstream.url + "/mode/slow", ["slow-model"], name="slow")
+    admin.set_price("slow-model", input_price=1, output_price=1)
     admin.create_channel(upstream.url, ["gpt-4o-mini", "gpt-4o"], groups=["default", "vip"],
                          name="fake-openai")
     admin.set_price("gpt-4o-mini", input_price=2, output_price=8)
@@ -253,6 +255,51 @@ def test_chat_button_streams_a_reply_and_the_balance_ticks_down(relay, env, b, u
     sent = upstream.requests[-1]["body"]["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "user"]
     assert sent[2]["content"][1]["image_url"]["url"] == "data:image/png;base64," + PNG_1PX
+    no_script_errors(b)
+
+
+def test_stop_button_cancels_a_reply(relay, env, b):
+    key = env["api"].create_token("stopper", unlimited_quota=True)
+    b.get(relay.url + f"/console/chat?key_id={key['id']}&model=slow-model")
+    b.find("body[data-ready='1']")
+    b.click("#chat-clear")
+    b.type("#chat-text", "Tell me a long story")
+    b.click("#chat-send")
+    # The slow upstream waits a second before each piece: stop after the first.
+    b.wait(lambda d: b.all(".msg.assistant.streaming")
+           and b.find(".msg.assistant .body").text.strip(), timeout=60, what="first piece")
+    assert not b.find("#chat-send").is_enabled()
+    b.click("#chat-stop")
+    b.wait(lambda d: "Stopped." in b.find(".msg.assistant").text, timeout=60, what="stopped")
+    assert b.find("#chat-send").is_enabled() and not b.find("#chat-stop").is_enabled()
+    assert "Hello from the fake upstream." not in b.find(".msg.assistant").text
+    no_script_errors(b)
+
+
+def test_keys_edit_disable_enable_delete(relay, env, b):
+    env["api"].create_token("throwaway", remain_quota=1_000_000)
+    b.get(relay.url + "/console/keys")
+
+    def row():
+        return next((r for r in b.all("#keys-table tbody tr") if r.get_attribute("data-name") in
+                     ("throwaway", "renamed")), None)
+    b.wait(lambda d: row(), what="row")
+    assert row().find_element(By.CSS_SELECTOR, ".remain").text == "2.00"
+    row().find_element(By.CSS_SELECTOR, "button.edit").click()
+    b.type("#k-name", "renamed")
+    b.type("#k-quota", "3")
+    b.click("#key-save")
+    b.wait(lambda d: (r := row()) and r.get_attribute("data-name") == "renamed"
+           and r.find_element(By.CSS_SELECTOR, ".remain").text == "3.00", what="edited")
+    row().find_element(By.CSS_SELECTOR, "button.toggle").click()
+    b.wait(lambda d: (r := row()) and "Disabled" in r.text, what="disabled")
+    row().find_element(By.CSS_SELECTOR, "button.toggle").click()
+    b.wait(lambda d: (r := row()) and "Enabled" in r.text, what="enabled")
+    row().find_element(By.CSS_SELECTOR, "button.delete").click()
+    b.driver.switch_to.alert.accept()
+    b.wait(lambda d: not [r for r in b.all("#keys-table tbody tr")
+                          if r.get_attribute("data-name") == "renamed"], what="deleted")
+    assert "renamed" not in [k["name"] for k in env["api"].get("/api/token/")["data"]["items"]]
     no_script_errors(b)
 
 
