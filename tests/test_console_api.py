@@ -138,6 +138,13 @@ def test_daily_chart_data_per_model(relay, carol):
     assert carol["api"].get("/api/log/self/daily?tz_offset=9999", expect=400)
 
 
+def test_usage_records_come_newest_first(relay, carol):
+    items = carol["api"].get("/api/log/self?size=50")["data"]["items"]
+    times = [i["created_at"] for i in items]
+    assert len(times) == 3 and times == sorted(times, reverse=True)
+    assert items[0]["model"] == "=cmd|calc"  # the last call made
+
+
 def test_csv_export_filters_and_neutralises_formulas(relay, carol):
     r = carol["api"].s.get(relay.url + "/api/log/self/export?model=gpt-4o-mini", timeout=10)
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/csv")
