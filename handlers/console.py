@@ -53,8 +53,8 @@ def templates(app) -> jinja2.Environment:
 
 def csp(handler, bases: list[dict]) -> str:
     host = handler.request.host
-    ws = "wss" if handler.request.protocol == "https" else "ws"
-    connect = ["'self'", f"{ws}://{host}"] + sorted(
+    # Both schemes: behind a TLS proxy we see http while the browser uses wss.
+    connect = ["'self'", f"ws://{host}", f"wss://{host}"] + sorted(
         {console_status.origin_of(b["url"]) for b in bases})
     return "; ".join([
         "default-src 'self'", "script-src 'self'", "style-src 'self'",

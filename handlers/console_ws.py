@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from urllib.parse import urlsplit
 
 import tornado.websocket
 from tornado.ioloop import PeriodicCallback
@@ -29,8 +30,12 @@ RECHECK_SECONDS = 60
 
 
 def own_origins(handler) -> list[str]:
-    """This server as the browser reached it."""
-    return [f"{handler.request.protocol}://{handler.request.host}"]
+    """This server as the browser reached it, first as seen here.  Behind a
+    TLS-terminating proxy the browser says https where we see http, so
+    both schemes of our own host count as ours."""
+    host = handler.request.host
+    first = handler.request.protocol
+    return [f"{first}://{host}"] + [f"{p}://{host}" for p in ("http", "https") if p != first]
 
 
 class ConsoleSocket(tornado.websocket.WebSocketHandler):
@@ -63,9 +68,11 @@ class ConsoleSocket(tornado.websocket.WebSocketHandler):
         await super().get(*args, **kwargs)
 
     def check_origin(self, origin: str) -> bool:
-        """Same origin, or one of the configured base addresses (the console
+        """Same host, or one of the configured base addresses (the console
         may be opened through any of them)."""
-        return origin.lower().rstrip("/") in self.origins
+        origin = origin.lower().rstrip("/")
+        host = urlsplit(origin).netloc
+        return host == self.request.host.lower() or origin in self.origins
 
     async def open(self, *args, **kwargs) -> None:
         bus = self.ctx["bus"]
