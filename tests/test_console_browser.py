@@ -1,12 +1,10 @@
-"""The console in a real browser: Debian's headless Chromium driven by
-selenium against a real relay process, a fake upstream and a local webhook
-receiver.  Saves screenshots of the main pages to test-artifacts/screenshots/."""
+"""The console in a real browser, a user's flows: Debian's headless
+Chromium driven by selenium against a real relay process, a fake upstream
+and a local webhook receiver.  Saves screenshots of the main pages to
+test-artifacts/screenshots/."""
 from __future__ import annotations
 
 import base64
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
@@ -15,104 +13,14 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 from tests import browser as chromium
-from tests.fakes.openai_upstream import FakeOpenAI
-from tests.helpers import ADMIN_PASSWORD, Api
+from tests.console_env import (EMAIL, MARKS, PASSWORD, PNG_1PX, WebhookReceiver,
+                               ensure_browser_key, make_usage, no_script_errors, own_requests,
+                               quota_of)
+from tests.console_env import b, env, upstream  # noqa: F401  (fixtures)
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not chromium.available(),
-                                 reason="needs Debian's chromium and chromium-driver "
-                                        "(tests/run.sh installs them)")]
-
-PASSWORD = "password123"
-PNG_1PX = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAA"
-           "AABJRU5ErkJggg==")
-EMAIL = "dora@example.test"
+pytestmark = MARKS
 
 
-class WebhookReceiver:
-    """A local HTTP endpoint that records what is POSTed to it."""
-
-    def __init__(self):
-        received = self.received = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                received.append({"path": self.path, "headers": dict(self.headers),
-                                 "body": body.decode(errors="replace")})
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(b'{"ok": true}')
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    fake = FakeOpenAI(slow_delay=1.0).start()
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture(scope="module")
-def env(relay, admin, upstream):
-    admin.create_channel(upstream.url + "/mode/slow", ["slow-model"], name="slow")
-    admin.set_price("slow-model", input_price=1, output_price=1)
-    admin.create_channel(upstream.url, ["gpt-4o-mini", "gpt-4o"], groups=["default", "vip"],
-                         name="fake-openai")
-    admin.set_price("gpt-4o-mini", input_price=2, output_price=8)
-    admin.set_price("gpt-4o", input_price=5, output_price=15)
-    admin.put("/api/console/options", {"purchase_rate": 0.7})
-    user = admin.create_user("dora", PASSWORD, quota=10 * 500_000, email=EMAIL)
-    return {"user": user, "api": Api.login(relay.url, "dora", PASSWORD)}
-
-
-@pytest.fixture(scope="module")
-def b(relay, env):
-    """dora's browser, signed in."""
-    br = chromium.Browser()
-    br.login(relay.url, "dora", PASSWORD)
-    yield br
-    br.quit()
-
-
-@pytest.fixture(scope="module")
-def admin_b(relay, env):
-    br = chromium.Browser()
-    br.login(relay.url, "root", ADMIN_PASSWORD)
-    yield br
-    br.quit()
-
-
-def no_script_errors(br) -> None:
-    """Script errors and CSP violations fail the test; a 404 of an optional API does not."""
-    bad = [e for e in br.errors() if "Failed to load resource" not in e]
-    assert bad == [], bad
-
-
-def ensure_browser_key(env) -> None:
-    """The key the key-form test makes, for running a later test on its own."""
-    items = env["api"].get("/api/token/?size=100")["data"]["items"]
-    if not [k for k in items if k["name"] == "browser-key"]:
-        env["api"].create_token("browser-key", unlimited_quota=True, group="vip",
-                                allow_ips="127.0.0.1\n10.0.0.0/8\n::1",
-                                model_limits_enabled=True, model_limits=["gpt-4o-mini"])
-
-
-def quota_of(br) -> int:
-    return int(br.find("#balance").get_attribute("data-quota") or -1)
-
-
-# ---- sign-in -------------------------------------------------------------------
 @pytest.fixture
 def fresh_b():
     br = chromium.Browser()
@@ -140,23 +48,6 @@ def test_login_shows_errors_then_signs_in_by_email_with_the_keyboard(relay, env,
     b.wait(lambda d: d.current_url.endswith("/console/keys"), what="redirect back to keys")
     b.find("#live-dot.open")
     no_script_errors(b)
-
-
-def make_usage(relay, env) -> None:
-    """One call of each model through the relay, and wait for the records."""
-    key = env["api"].create_token("warmup", unlimited_quota=True)
-    for model in ("gpt-4o-mini", "gpt-4o"):
-        r = requests.post(relay.url + "/v1/chat/completions",
-                          headers={"Authorization": f"Bearer {key['key']}"},
-                          json={"model": model, "messages": [{"role": "user", "content": "x"}]},
-                          timeout=60)
-        assert r.status_code == 200
-    time.sleep(1.0)
-
-
-def own_requests(env, model: str = "") -> int:
-    q = f"?model={model}" if model else ""
-    return env["api"].get(f"/api/log/self{q}")["data"]["totals"]["requests"]
 
 
 def test_dashboard_plots_usage_and_times_base_addresses(relay, env, b, upstream):
@@ -391,168 +282,3 @@ def test_notification_subscription_and_test_to_a_local_webhook(relay, env, b):
         no_script_errors(b)
     finally:
         hook.stop()
-
-
-# ---- admin ---------------------------------------------------------------------
-def test_admin_adds_a_channel_and_a_price(relay, admin, admin_b, upstream):
-    br = admin_b
-    br.get(relay.url + "/console/admin/channels")
-    br.find("#channels-table tbody tr")
-    br.click("#new-channel")
-    br.type("#ch-name", "second-upstream")
-    br.type("#ch-base", upstream.url)
-    br.type("#ch-key", "upstream-secret")
-    br.type("#ch-models", "gpt-4.1-mini, gpt-4o-mini")
-    br.type("#ch-priority", "5")
-    br.type("#ch-weight", "3")
-    br.type("#ch-mapping", '{"gpt-4.1-mini": "gpt-4o-mini"}')
-    br.click("#channel-save")
-    row = br.wait(lambda d: [r for r in br.all("#channels-table tbody tr")
-                             if r.get_attribute("data-name") == "second-upstream"], what="row")[0]
-    row.find_element(By.CSS_SELECTOR, "button.test").click()
-    br.wait(lambda d: "ms" in row.find_element(By.CSS_SELECTOR, ".test-result").text,
-            timeout=60, what="channel test")
-    assert "✓" in row.find_element(By.CSS_SELECTOR, ".test-result").text
-    br.screenshot("admin-channels")
-    chans = admin.get("/api/channel/?size=100")["data"]["items"]
-    ch = [c for c in chans if c["name"] == "second-upstream"][0]
-    assert ch["priority"] == 5 and ch["weight"] == 3
-    assert ch["model_mapping"] == {"gpt-4.1-mini": "gpt-4o-mini"}
-    assert ch["models"] == ["gpt-4.1-mini", "gpt-4o-mini"] and "upstream-secret" not in ch["key"]
-
-    br.get(relay.url + "/console/admin/prices")
-    br.find("#prices-table tbody tr")
-    br.type("#p-model", "gpt-4.1-mini")
-    br.type("#p-input", "0.4")
-    br.type("#p-output", "1.6")
-    br.click("#price-save")
-    br.wait(lambda d: [r for r in br.all("#prices-table tbody tr")
-                       if r.get_attribute("data-model") == "gpt-4.1-mini"], what="price row")
-    price = [p for p in admin.get("/api/price/")["data"] if p["model"] == "gpt-4.1-mini"][0]
-    assert price["input_price"] == 0.4 and price["output_price"] == 1.6
-    br.screenshot("admin-prices")
-    no_script_errors(br)
-
-
-def test_admin_users_codes_groups_and_settings(relay, admin, admin_b, env):
-    br = admin_b
-    br.get(relay.url + "/console/admin/users")
-    row = br.wait(lambda d: [r for r in br.all("#users-table tbody tr")
-                             if r.get_attribute("data-name") == "dora"], what="dora's row")[0]
-    before = admin.get(f"/api/user/{env['user']['id']}")["data"]["quota"]
-    row.find_element(By.CSS_SELECTOR, "button.adjust").click()
-    br.type("#a-amount", "-0.5")
-    br.click("#adjust-form button[type='submit']")
-    br.wait(lambda d: "reason" in br.text("#adjust-status"), what="reason required")
-    br.type("#a-reason", "refund of a test")
-    br.click("#adjust-form button[type='submit']")
-    br.wait(lambda d: admin.get(f"/api/user/{env['user']['id']}")["data"]["quota"]
-            == before - 250_000, what="adjusted balance")
-    ledger_reason = "refund of a test"
-    br.screenshot("admin-users")
-
-    br.get(relay.url + "/console/admin/codes")
-    br.find("#codes-table tbody tr")
-    br.type("#c-name", "launch")
-    br.type("#c-quota", "3")
-    br.type("#c-count", "2")
-    br.click("#code-form button[type='submit']")
-    codes = br.visible("#new-codes").text.split("\n")
-    assert len(codes) == 2
-    listed = admin.get("/api/redemption/?size=100")["data"]["items"]
-    assert {c["key"] for c in listed if c["name"] == "launch"} == set(codes)
-    assert all(c["quota"] == 1_500_000 for c in listed if c["name"] == "launch")
-
-    br.get(relay.url + "/console/admin/groups")
-    br.find("#groups-table tbody tr")
-    br.type("#g-name", "team")
-    br.type("#g-rate", "0.8")
-    br.type("#g-desc", "Our own team")
-    br.click("#group-form button[type='submit']")
-    br.wait(lambda d: [r for r in br.all("#groups-table tbody tr")
-                       if r.get_attribute("data-name") == "team"], what="group row")
-    team = [g for g in admin.get("/api/group/")["data"] if g["name"] == "team"][0]
-    assert team["rate"] == 0.8 and team["description"] == "Our own team"
-
-    br.get(relay.url + "/console/admin/settings")
-    br.click("#add-base")
-    br.type("#bases-editor .base-row:last-child .b-url", "ftp://nope")
-    br.click("#settings-form button[type='submit']")
-    br.wait(lambda d: "ftp://nope" in br.text("#settings-status"), what="bad address refused")
-    br.type("#bases-editor .base-row:last-child .b-url", relay.url)
-    br.type("#bases-editor .base-row:last-child .b-region", "Local test")
-    br.click("#add-base")
-    br.type("#bases-editor .base-row:last-child .b-url", "http://127.0.0.1:9")
-    br.type("#bases-editor .base-row:last-child .b-region", "Nowhere")
-    br.click("#settings-form button[type='submit']")
-    br.wait(lambda d: br.text("#settings-status") == "Saved.", what="saved")
-    br.screenshot("admin-settings")
-    try:
-        st = requests.get(relay.url + "/api/status", timeout=10).json()["data"]
-        assert [(x["url"], x["region"]) for x in st["base_addresses"]] == [
-            (relay.url, "Local test"), ("http://127.0.0.1:9", "Nowhere")]
-        # The dashboard times both and marks the reachable one as the fastest.
-        br.get(relay.url + "/console/")
-        br.wait(lambda d: len(br.all("#bases tbody tr.unreachable")) == 1
-                and len(br.all("#bases tbody tr.best")) == 1, timeout=60, what="pings")
-        assert br.find("#bases tbody tr.best").get_attribute("data-url") == relay.url
-        assert "Nowhere" in br.find("#bases tbody tr.unreachable").text
-    finally:
-        admin.put("/api/console/options", {"base_addresses": []})
-    assert ledger_reason
-    no_script_errors(br)
-
-
-def test_announcement_published_reaches_open_consoles(relay, admin_b, b):
-    if requests.get(relay.url + "/api/announcement/", timeout=10).status_code == 404:
-        pytest.skip("/api/announcement/ is not in this build (the notifications branch adds it)")
-    b.get(relay.url + "/console/")
-    b.find("#live-dot.open")
-    admin_b.get(relay.url + "/console/admin/announcements")
-    admin_b.type("#an-title", "Planned maintenance")
-    admin_b.type("#an-content", "Sunday 02:00 UTC")
-    admin_b.click("#ann-form button[type='submit']")
-    admin_b.wait(lambda d: admin_b.text("#ann-status") == "Published.", what="published")
-    b.wait(lambda d: "Planned maintenance" in b.text("#announcements"), what="pushed banner")
-    no_script_errors(b)
-
-
-def test_phone_width_layout(relay, env):
-    br = chromium.Browser(width=390, height=844)
-    try:
-        br.login(relay.url, "dora", PASSWORD)
-        for path, shot in (("/console/", "phone-dashboard"), ("/console/keys", "phone-keys")):
-            br.get(relay.url + path)
-            br.find("#live-dot.open")
-            time.sleep(0.5)
-            overflow = br.js("return document.documentElement.scrollWidth - window.innerWidth")
-            assert overflow <= 1, f"{path} is wider than the phone by {overflow}px"
-            br.screenshot(shot)
-        assert not br.find("#nav").is_displayed()
-        br.click("#nav-toggle")
-        assert br.find("#nav").is_displayed()
-        assert br.find("#nav-toggle").get_attribute("aria-expanded") == "true"
-        no_script_errors(br)
-    finally:
-        br.quit()
-
-
-def test_live_connection_reconnects_after_a_server_restart(fresh_relay):
-    proc = fresh_relay()
-    Api.login(proc.url).create_user("erin", PASSWORD, quota=500_000)
-    br = chromium.Browser()
-    try:
-        br.login(proc.url, "erin", PASSWORD)
-        port = proc.port
-        proc.stop()
-        br.wait(lambda d: br.find("#live-dot").get_attribute("data-state") != "open",
-                what="the socket to notice")
-        proc.start(port=port)
-        br.find("#live-dot.open", timeout=90)
-        # The hello after reconnecting carries the balance again.
-        br.wait(lambda d: quota_of(br) == 500_000, what="balance after reconnect")
-        # Refused connections while the server was down are expected; nothing else.
-        assert [e for e in br.errors() if "Failed to load resource" not in e
-                and "ERR_CONNECTION_REFUSED" not in e] == []
-    finally:
-        br.quit()
