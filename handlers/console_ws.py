@@ -160,6 +160,8 @@ class ConsoleSocket(tornado.websocket.WebSocketHandler):
             if user is None or user["_id"] != self.uid:
                 self.close(4401, "Session ended.")
                 return
+            if cid in self.chats:
+                raise ChatError("A reply with this id is still running.", "busy")
             if len(self.chats) >= MAX_CHATS:
                 raise ChatError("Too many replies at once; wait for one to finish.", "busy")
             call = await self.build_call(kind, cid, msg)

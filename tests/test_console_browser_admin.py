@@ -143,7 +143,8 @@ def test_phone_width_layout(relay, env):
     br = chromium.Browser(width=390, height=844)
     try:
         br.login(relay.url, "dora", PASSWORD)
-        for path, shot in (("/console/", "phone-dashboard"), ("/console/keys", "phone-keys")):
+        for path, shot in (("/console/", "phone-dashboard"), ("/console/keys", "phone-keys"),
+                           ("/console/chat", "phone-chat"), ("/console/usage", "phone-usage")):
             br.get(relay.url + path)
             br.find("#live-dot.open")
             time.sleep(0.5)
