@@ -180,3 +180,24 @@ def test_live_connection_reconnects_after_a_server_restart(fresh_relay):
                 and "WebSocket connection to" not in e] == []
     finally:
         br.quit()
+
+
+def test_login_page_explains_the_rate_limit(fresh_relay):
+    proc = fresh_relay()  # its own process: the lock-out does not touch other tests
+    br = chromium.Browser()
+    try:
+        br.get(proc.url + "/console/login")
+        for _ in range(5):
+            br.type("#username", "root")
+            br.type("#password", "not-the-password")
+            br.click("#login-submit")
+            br.wait(lambda d: "Wrong user name or password" in br.text("#login-status"),
+                    what="a failed attempt")
+            br.js("document.querySelector('#login-status').textContent = ''")
+        br.type("#password", "not-the-password")
+        br.click("#login-submit")
+        br.wait(lambda d: "Too many failed attempts" in br.text("#login-status"),
+                what="the lock-out message")
+        assert br.find("#login-status").get_attribute("role") == "alert"
+    finally:
+        br.quit()
