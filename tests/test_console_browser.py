@@ -177,8 +177,16 @@ def test_keys_edit_disable_enable_delete(relay, env, b):
                      ("throwaway", "renamed")), None)
     b.wait(lambda d: row(), what="row")
     assert row().find_element(By.CSS_SELECTOR, ".remain").text == "2.00"
+    # Renaming alone keeps the quota, even if the key spent while the form was open.
     row().find_element(By.CSS_SELECTOR, "button.edit").click()
     b.type("#k-name", "renamed")
+    tok = [k for k in env["api"].get("/api/token/")["data"]["items"] if k["name"] == "throwaway"][0]
+    env["api"].put("/api/token/", {"id": tok["id"], "remain_quota": 900_000})  # spent meanwhile
+    b.click("#key-save")
+    b.wait(lambda d: (r := row()) and r.get_attribute("data-name") == "renamed", what="renamed")
+    assert [k for k in env["api"].get("/api/token/")["data"]["items"]
+            if k["id"] == tok["id"]][0]["remain_quota"] == 900_000
+    row().find_element(By.CSS_SELECTOR, "button.edit").click()
     b.type("#k-quota", "3")
     b.click("#key-save")
     b.wait(lambda d: (r := row()) and r.get_attribute("data-name") == "renamed"

@@ -103,6 +103,7 @@ async function edit(k) {
   $('#k-group').value = k ? k.group : (groups[0] || {}).name || 'default';
   $('#k-unlimited').checked = k ? k.unlimited_quota : false;
   $('#k-quota').value = k ? String(k.remain_quota / 500000) : '0';
+  form.dataset.quotaShown = $('#k-quota').value;
   $('#k-ips').value = k ? k.allow_ips : '';
   $('#k-lock').checked = k ? k.model_limits_enabled : false;
   $('#k-billing').value = k ? k.billing_mode : 'per_token';
@@ -143,6 +144,9 @@ form.addEventListener('submit', async (ev) => {
     billing_mode: $('#k-billing').value, expired_time: expired,
   };
   const id = form.elements.id.value;
+  // Setting the remaining quota of a key in use to what the form showed
+  // would undo what it spent since: send it only when the person changed it.
+  if (id && $('#k-quota').value === form.dataset.quotaShown) delete body.remain_quota;
   try {
     if (id) {
       await put('/api/token/', { id: Number(id), ...body });
