@@ -1,3 +1,5 @@
+import { t } from './i18n.js';
+
 // The JSON API with the session cookie; every unsafe call carries the CSRF
 // token (the readable csrf_token cookie set at sign-in).
 export class ApiError extends Error {
@@ -16,7 +18,13 @@ export async function api(method, path, body) {
     opts.headers['Content-Type'] = 'application/json';
     opts.body = JSON.stringify(body);
   }
-  const r = await fetch(path, opts);
+  let r;
+  try {
+    r = await fetch(path, opts);
+  } catch (e) {
+    // The server is unreachable (restarting, or the network is down).
+    throw new ApiError(0, t('err.network'));
+  }
   let doc = null;
   try { doc = await r.json(); } catch (e) { doc = null; }
   if (!r.ok || !doc || doc.success === false) {

@@ -21,4 +21,4 @@ $('#ann-form').addEventListener('submit', async (ev) => {
   if (!body.title.trim()) { showError(status, new Error(t('admin.title_needed'))); return; }
   try { await post('/api/announcement/', body); showOk(status, t('admin.published')); ev.target.reset(); await load(); } catch (e) { showError(status, e); }
 });
-load();
+load().catch((e) => showError(null, e));

@@ -74,4 +74,4 @@ form.addEventListener('submit', async (ev) => {
 });
 dlg.querySelector('.close').addEventListener('click', () => dlg.close());
 $('#new-channel').addEventListener('click', () => edit(null));
-load();
+load().catch((e) => showError(null, e));

@@ -33,4 +33,4 @@ $('#code-form').addEventListener('submit', async (ev) => {
     await load();
   } catch (e) { showError(status, e); }
 });
-load();
+load().catch((e) => showError(null, e));

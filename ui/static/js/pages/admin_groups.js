@@ -40,4 +40,4 @@ $('#group-form').addEventListener('submit', async (ev) => {
     await load();
   } catch (e) { showError(status, e); }
 });
-load();
+load().catch((e) => showError(null, e));

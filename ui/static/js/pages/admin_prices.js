@@ -37,4 +37,4 @@ $('#price-form').addEventListener('submit', async (ev) => {
   const groups = await get('/api/group/');
   $('#p-group').append(...groups.map((g) => el('option', { value: g.name }, g.name)));
   await load();
-})();
+})().catch((e) => showError(null, e));

@@ -36,4 +36,4 @@ $('#settings-form').addEventListener('submit', async (ev) => {
   let bases = opts.base_addresses || [];
   if (typeof bases === 'string') { try { bases = JSON.parse(bases); } catch (e) { bases = []; } }
   for (const b of bases) baseRow(typeof b === 'string' ? { url: b, region: '' } : b);
-})();
+})().catch((e) => showError(null, e));

@@ -53,5 +53,5 @@ $('#adjust-form').addEventListener('submit', async (ev) => {
   } catch (e) { showError(status, e); }
 });
 dlg.querySelector('.close').addEventListener('click', () => dlg.close());
-$('#u-search').addEventListener('input', () => { clearTimeout(window.__s); window.__s = setTimeout(load, 300); });
-load();
+$('#u-search').addEventListener('input', () => { clearTimeout(window.__s); window.__s = setTimeout(() => load().catch((e) => showError(null, e)), 300); });
+load().catch((e) => showError(null, e));

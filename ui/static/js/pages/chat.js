@@ -190,4 +190,4 @@ $('#chat-image').addEventListener('change', () => {
   if (q.get('model')) $('#chat-model').value = q.get('model');
   await fillModels();
   document.body.dataset.ready = '1';
-})();
+})().catch((e) => showError(null, e));

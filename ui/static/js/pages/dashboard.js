@@ -3,7 +3,7 @@ import { t } from '../i18n.js';
 import { get } from '../api.js';
 import * as live from '../live.js';
 import { boot, setBalance } from '../common.js';
-import { $, el, credits, when, UNITS_PER_CREDIT } from '../ui.js';
+import { $, el, credits, when, showError, UNITS_PER_CREDIT } from '../ui.js';
 
 boot();
 
@@ -109,13 +109,14 @@ async function loadAnnouncements() {
 live.on('announcement', (a) => {
   $('#announcement-list').prepend(el('li', {}, el('strong', {}, a.title), ' — ', a.content));
 });
-live.on('usage', () => { clearTimeout(window.__chartTimer); window.__chartTimer = setTimeout(loadChart, 1500); });
+live.on('usage', () => { clearTimeout(window.__chartTimer); window.__chartTimer = setTimeout(() => loadChart().catch(() => {}), 1500); });
 
 $('#chart-metric').addEventListener('change', drawChart);
 $('#ping-again').addEventListener('click', loadBases);
 window.addEventListener('resize', () => { if (plot) plot.setSize({ width: Math.max(280, $('#chart').clientWidth), height: 260 }); });
 
-get('/api/user/self').then((me) => setBalance(me.quota, me.used_quota));
-loadChart();
-loadBases();
-loadAnnouncements();
+const report = (e) => showError(null, e);
+get('/api/user/self').then((me) => setBalance(me.quota, me.used_quota)).catch(report);
+loadChart().catch(report);
+loadBases().catch(report);
+loadAnnouncements().catch(report);

@@ -168,7 +168,7 @@ $('#k-lock').addEventListener('change', syncSwitches);
 $('#k-group').addEventListener('change', async () => { groupInfo(); await fillModels([]); });
 $('#key-cancel').addEventListener('click', () => dlg.close());
 $('#new-key').addEventListener('click', () => edit(null));
-$('#key-search').addEventListener('input', () => { clearTimeout(window.__s); window.__s = setTimeout(load, 300); });
+$('#key-search').addEventListener('input', () => { clearTimeout(window.__s); window.__s = setTimeout(() => load().catch((e) => showError(null, e)), 300); });
 $('#key-created-copy').addEventListener('click', () => copyText($('#key-created-value').textContent));
 $('#key-created-close').addEventListener('click', () => { $('#key-created-value').textContent = ''; $('#key-created').close(); });
 
@@ -187,4 +187,4 @@ live.on('token_balance', (m) => {
   $('#k-group').replaceChildren(...groups.map((g) => el('option', { value: g.name }, `${g.name} (×${g.rate})`)));
   try { const st = await get('/api/status'); if (st.base_addresses.length) defaultBase = st.base_addresses[0].url; } catch (e) { /* keep this origin */ }
   await load();
-})();
+})().catch((e) => showError(null, e));

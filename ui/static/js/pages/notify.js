@@ -220,4 +220,4 @@ $('#marketing-opt-in').addEventListener('change', async (ev) => {
   $('#s-keys').replaceChildren(...keys.map((k) => el('option', { value: String(k.id) }, k.name)));
   await load();
   document.body.dataset.ready = '1';
-})();
+})().catch((e) => showError(null, e));

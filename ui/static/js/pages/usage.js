@@ -64,4 +64,4 @@ live.on('usage', () => { if (page === 1) { clearTimeout(window.__u); window.__u 
     $('#f-key').append(el('option', { value: String(k.id) }, k.name));
   }
   await load();
-})();
+})().catch((e) => showError(null, e));
