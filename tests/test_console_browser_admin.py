@@ -170,6 +170,12 @@ def test_live_connection_reconnects_after_a_server_restart(fresh_relay):
         proc.stop()
         br.wait(lambda d: br.find("#live-dot").get_attribute("data-state") != "open",
                 what="the socket to notice")
+        # A call made while the server is away fails with a clear message.
+        msg = br.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            import('/static/js/api.js').then((m) => m.get('/api/user/self'))
+              .then(() => done('answered'), (e) => done(e.message));""")
+        assert msg == "The server cannot be reached; try again in a moment."
         proc.start(port=port)
         br.find("#live-dot.open", timeout=90)
         # The hello after reconnecting carries the balance again.
