@@ -64,7 +64,9 @@ class SelfLogHandler(ApiHandler):
     async def get(self) -> None:
         self.require_user() if self.own_only else self.require_admin()
         flt = log_filter(self, self.own_only)
-        data = await paged(self, self.store.db.usage, flt, lambda d: log_view(d, not self.own_only))
+        # Usage ids are random request ids: order by time, newest first.
+        data = await paged(self, self.store.db.usage, flt, lambda d: log_view(d, not self.own_only),
+                           sort="created_at")
         data["totals"] = await totals(self, flt)
         self.ok(data)
 

@@ -201,10 +201,11 @@ def page_args(handler: ApiHandler) -> tuple[int, int]:
     return max(p, 1), min(max(size, 1), 200)
 
 
-async def paged(handler: ApiHandler, coll, flt: dict, view) -> dict:
+async def paged(handler: ApiHandler, coll, flt: dict, view, sort: str = "_id") -> dict:
+    """One page of documents, newest first by `sort` (descending)."""
     p, size = page_args(handler)
     total = await coll.count_documents(flt)
-    docs = await coll.find(flt).sort("_id", -1).skip((p - 1) * size).limit(size).to_list(size)
+    docs = await coll.find(flt).sort(sort, -1).skip((p - 1) * size).limit(size).to_list(size)
     return {"items": [view(d) for d in docs], "total": total, "page": p, "page_size": size}
 
 

@@ -29,6 +29,30 @@ def new_request_id() -> str:
     return "req_" + secrets.token_hex(12)
 
 
+async def session_user(handler: tornado.web.RequestHandler) -> tuple[dict | None, dict]:
+    """The enabled user behind the signed `session` cookie, and the session.
+
+    Shared by the /api handlers, the console pages and the console
+    websocket.  Returns (None, {}) when there is no valid session: no or a
+    forged cookie, expired, user disabled, or signed out everywhere.
+    """
+    raw = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=30)
+    if not raw:
+        return None, {}
+    try:
+        sess = json.loads(raw)
+    except ValueError:
+        return None, {}
+    if not isinstance(sess, dict) or sess.get("exp", 0) < time.time():
+        return None, {}
+    doc = await handler.application.settings["store"].db.users.find_one({"_id": sess.get("uid")})
+    if not doc or doc.get("status", USER_ENABLED) != USER_ENABLED:
+        return None, {}
+    if doc.get("session_epoch", 0) != sess.get("epoch", 0):
+        return None, {}  # signed out everywhere, or password changed
+    return doc, sess
+
+
 class Base(tornado.web.RequestHandler):
     @property
     def ctx(self) -> dict:
@@ -118,20 +142,9 @@ class ApiHandler(Base):
                     self.auth_method = "token"
                     return doc
                 return None
-        raw = self.get_signed_cookie(SESSION_COOKIE, max_age_days=30)
-        if not raw:
+        doc, sess = await session_user(self)
+        if doc is None:
             return None
-        try:
-            sess = json.loads(raw)
-        except ValueError:
-            return None
-        if sess.get("exp", 0) < time.time():
-            return None
-        doc = await self.store.db.users.find_one({"_id": sess.get("uid")})
-        if not doc or doc.get("status", USER_ENABLED) != USER_ENABLED:
-            return None
-        if doc.get("session_epoch", 0) != sess.get("epoch", 0):
-            return None  # signed out everywhere, or password changed
         self._session = sess
         self.auth_method = "session"
         return doc

@@ -1,0 +1,2 @@
+"""The web console's domain: public status, usage statistics, strings and
+the built-in chat.  Handlers in handlers/console*.py stay thin over these."""

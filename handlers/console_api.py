@@ -1,0 +1,137 @@
+"""JSON endpoints the console needs beyond the management API: public
+status, a ping for latency, daily usage for the chart, CSV export, the
+models of a group, and the admin's console settings."""
+from __future__ import annotations
+
+from console import stats
+from console import status as console_status
+from handlers.api_log import FIELDS, log_filter, log_view
+from handlers.base import ApiError, ApiHandler
+from handlers.console_ws import own_origins
+
+
+class StatusHandler(ApiHandler):
+    async def get(self) -> None:
+        """Public: site name, registration flag, base addresses, purchase rate."""
+        data = await console_status.load(self.store, self.config)
+        if not data["base_addresses"]:
+            data["base_addresses"] = [{"url": own_origins(self)[0], "region": "", "groups": []}]
+        self.ok(data)
+
+
+class PingHandler(ApiHandler):
+    """Answers anyone quickly: the console times it against each base address."""
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        self.set_header("Access-Control-Allow-Origin", "*")
+        self.set_header("Cache-Control", "no-store")
+
+    async def prepare(self) -> None:
+        return None
+
+    def get(self) -> None:
+        self.ok("pong")
+
+
+class DailyHandler(ApiHandler):
+    own_only = True
+
+    async def get(self) -> None:
+        self.require_user() if self.own_only else self.require_admin()
+        flt = log_filter(self, self.own_only)
+        flt.pop("created_at", None)
+        try:
+            days = int(self.get_argument("days", "30"))
+            tz = int(self.get_argument("tz_offset", "0"))
+        except ValueError:
+            raise ApiError(400, "days and tz_offset must be whole numbers.") from None
+        if not -14 * 60 <= tz <= 14 * 60:
+            raise ApiError(400, "tz_offset is minutes east of UTC, between -840 and 840.")
+        self.ok(await stats.daily(self.store, flt, days, tz))
+
+
+class AllDailyHandler(DailyHandler):
+    own_only = False
+
+
+class ExportHandler(ApiHandler):
+    own_only = True
+
+    async def get(self) -> None:
+        self.require_user() if self.own_only else self.require_admin()
+        flt = log_filter(self, self.own_only)
+        admin = not self.own_only
+        columns = ["request_id"] + [f for f in FIELDS if admin or f not in
+                                    ("channel_id", "upstream_model")]
+        self.set_header("Content-Type", "text/csv; charset=utf-8")
+        self.set_header("Content-Disposition", 'attachment; filename="usage.csv"')
+        async for text in stats.export_csv(self.store, flt, columns,
+                                           lambda d: log_view(d, admin)):
+            self.write(text)
+            await self.flush()
+        self.finish()
+
+
+class AllExportHandler(ExportHandler):
+    own_only = False
+
+
+class GroupModelsHandler(ApiHandler):
+    async def get(self) -> None:
+        """Models that channels serve to a group; users may ask about enabled groups."""
+        user = self.require_user()
+        name = self.get_argument("group", "") or user.get("group") or "default"
+        group = self.ctx["catalog"].groups.get(name)
+        if group is None or (not group.enabled and not self.is_admin()):
+            raise ApiError(404, f"There is no group named {name!r}.")
+        self.ok(self.ctx["catalog"].models_for_group(name))
+
+
+class ConsoleOptionsHandler(ApiHandler):
+    async def put(self) -> None:
+        """Validate and save the console settings together (admin)."""
+        self.require_admin()
+        body = self.body_json()
+        update: dict = {}
+        if "site_name" in body:
+            name = str(body["site_name"] or "").strip()
+            if not name or len(name) > 64:
+                raise ApiError(400, "The site name must be 1-64 characters.")
+            update["site_name"] = name
+        if "registration_enabled" in body:
+            if not isinstance(body["registration_enabled"], bool):
+                raise ApiError(400, "registration_enabled must be true or false.")
+            update["registration_enabled"] = body["registration_enabled"]
+        if "base_addresses" in body:
+            try:
+                update["base_addresses"] = console_status.clean_addresses(body["base_addresses"])
+            except ValueError as exc:
+                raise ApiError(400, str(exc)) from None
+        if "purchase_rate" in body:
+            raw = body["purchase_rate"]
+            if raw in (None, ""):
+                update["purchase_rate"] = None
+            else:
+                rate = console_status.parse_rate(raw)
+                if rate is None:
+                    raise ApiError(400, "The purchase rate must be a positive number, e.g. 0.7.")
+                update["purchase_rate"] = str(rate)
+        if not update:
+            raise ApiError(400, "Nothing to change.")
+        for key, value in update.items():
+            await self.store.db.options.update_one({"_id": key}, {"$set": {"value": value}},
+                                                   upsert=True)
+        self.ok(await console_status.load(self.store, self.config), "Saved.")
+
+
+default_handlers = [
+    (r"/api/status/?", StatusHandler),
+    (r"/api/ping/?", PingHandler),
+    (r"/api/log/self/daily/?", DailyHandler),
+    (r"/api/log/daily/?", AllDailyHandler),
+    (r"/api/log/self/export/?", ExportHandler),
+    (r"/api/log/export/?", AllExportHandler),
+    (r"/api/user/models/?", GroupModelsHandler),
+    (r"/api/console/options/?", ConsoleOptionsHandler),
+]

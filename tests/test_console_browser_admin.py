@@ -1,0 +1,209 @@
+"""The console in a real browser: the admin pages, a phone-width screen and
+reconnecting after a server restart."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+from selenium.webdriver.common.by import By
+
+from tests import browser as chromium
+from tests.console_env import MARKS, PASSWORD, Api, no_script_errors, quota_of
+from tests.console_env import admin_b, b, env, upstream  # noqa: F401  (fixtures)
+
+pytestmark = MARKS
+
+
+# ---- admin ---------------------------------------------------------------------
+def test_admin_adds_a_channel_and_a_price(relay, admin, admin_b, upstream):
+    br = admin_b
+    br.get(relay.url + "/console/admin/channels")
+    br.find("#channels-table tbody tr")
+    br.click("#new-channel")
+    br.type("#ch-name", "second-upstream")
+    br.type("#ch-base", upstream.url)
+    br.type("#ch-key", "upstream-secret")
+    br.type("#ch-models", "gpt-4.1-mini, gpt-4o-mini")
+    br.type("#ch-priority", "5")
+    br.type("#ch-weight", "3")
+    br.type("#ch-mapping", '{"gpt-4.1-mini": "gpt-4o-mini"}')
+    br.click("#channel-save")
+    row = br.wait(lambda d: [r for r in br.all("#channels-table tbody tr")
+                             if r.get_attribute("data-name") == "second-upstream"], what="row")[0]
+    row.find_element(By.CSS_SELECTOR, "button.test").click()
+    br.wait(lambda d: "ms" in row.find_element(By.CSS_SELECTOR, ".test-result").text,
+            timeout=60, what="channel test")
+    assert "✓" in row.find_element(By.CSS_SELECTOR, ".test-result").text
+    br.screenshot("admin-channels")
+    chans = admin.get("/api/channel/?size=100")["data"]["items"]
+    ch = [c for c in chans if c["name"] == "second-upstream"][0]
+    assert ch["priority"] == 5 and ch["weight"] == 3
+    assert ch["model_mapping"] == {"gpt-4.1-mini": "gpt-4o-mini"}
+    assert ch["models"] == ["gpt-4.1-mini", "gpt-4o-mini"] and "upstream-secret" not in ch["key"]
+
+    br.get(relay.url + "/console/admin/prices")
+    br.find("#prices-table tbody tr")
+    br.type("#p-model", "gpt-4.1-mini")
+    br.type("#p-input", "0.4")
+    br.type("#p-output", "1.6")
+    br.click("#price-save")
+    br.wait(lambda d: [r for r in br.all("#prices-table tbody tr")
+                       if r.get_attribute("data-model") == "gpt-4.1-mini"], what="price row")
+    price = [p for p in admin.get("/api/price/")["data"] if p["model"] == "gpt-4.1-mini"][0]
+    assert price["input_price"] == 0.4 and price["output_price"] == 1.6
+    br.screenshot("admin-prices")
+    no_script_errors(br)
+
+
+def test_admin_users_codes_groups_and_settings(relay, admin, admin_b, env):
+    br = admin_b
+    br.get(relay.url + "/console/admin/users")
+    row = br.wait(lambda d: [r for r in br.all("#users-table tbody tr")
+                             if r.get_attribute("data-name") == "dora"], what="dora's row")[0]
+    before = admin.get(f"/api/user/{env['user']['id']}")["data"]["quota"]
+    row.find_element(By.CSS_SELECTOR, "button.adjust").click()
+    br.type("#a-amount", "-0.5")
+    br.click("#adjust-form button[type='submit']")
+    br.wait(lambda d: "reason" in br.text("#adjust-status"), what="reason required")
+    br.type("#a-reason", "refund of a test")
+    br.click("#adjust-form button[type='submit']")
+    br.wait(lambda d: admin.get(f"/api/user/{env['user']['id']}")["data"]["quota"]
+            == before - 250_000, what="adjusted balance")
+    ledger_reason = "refund of a test"
+    br.screenshot("admin-users")
+
+    br.get(relay.url + "/console/admin/codes")
+    br.find("#codes-table tbody tr")
+    br.type("#c-name", "launch")
+    br.type("#c-quota", "3")
+    br.type("#c-count", "2")
+    br.click("#code-form button[type='submit']")
+    codes = br.visible("#new-codes").text.split("\n")
+    assert len(codes) == 2
+    listed = admin.get("/api/redemption/?size=100")["data"]["items"]
+    assert {c["key"] for c in listed if c["name"] == "launch"} == set(codes)
+    assert all(c["quota"] == 1_500_000 for c in listed if c["name"] == "launch")
+
+    br.get(relay.url + "/console/admin/groups")
+    br.find("#groups-table tbody tr")
+    br.type("#g-name", "team")
+    br.type("#g-rate", "0.8")
+    br.type("#g-desc", "Our own team")
+    br.click("#group-form button[type='submit']")
+    br.wait(lambda d: [r for r in br.all("#groups-table tbody tr")
+                       if r.get_attribute("data-name") == "team"], what="group row")
+    team = [g for g in admin.get("/api/group/")["data"] if g["name"] == "team"][0]
+    assert team["rate"] == 0.8 and team["description"] == "Our own team"
+
+    br.get(relay.url + "/console/admin/settings")
+    br.click("#add-base")
+    br.type("#bases-editor .base-row:last-child .b-url", "ftp://nope")
+    br.click("#settings-form button[type='submit']")
+    br.wait(lambda d: "ftp://nope" in br.text("#settings-status"), what="bad address refused")
+    br.type("#bases-editor .base-row:last-child .b-url", relay.url)
+    br.type("#bases-editor .base-row:last-child .b-region", "Local test")
+    br.click("#add-base")
+    br.type("#bases-editor .base-row:last-child .b-url", "http://127.0.0.1:9")
+    br.type("#bases-editor .base-row:last-child .b-region", "Nowhere")
+    br.click("#settings-form button[type='submit']")
+    br.wait(lambda d: br.text("#settings-status") == "Saved.", what="saved")
+    br.screenshot("admin-settings")
+    try:
+        st = requests.get(relay.url + "/api/status", timeout=10).json()["data"]
+        assert [(x["url"], x["region"]) for x in st["base_addresses"]] == [
+            (relay.url, "Local test"), ("http://127.0.0.1:9", "Nowhere")]
+        # The dashboard times both and marks the reachable one as the fastest.
+        br.get(relay.url + "/console/")
+        br.wait(lambda d: len(br.all("#bases tbody tr.unreachable")) == 1
+                and len(br.all("#bases tbody tr.best")) == 1, timeout=60, what="pings")
+        assert br.find("#bases tbody tr.best").get_attribute("data-url") == relay.url
+        assert "Nowhere" in br.find("#bases tbody tr.unreachable").text
+    finally:
+        admin.put("/api/console/options", {"base_addresses": []})
+    assert ledger_reason
+    no_script_errors(br)
+
+
+def test_announcement_published_reaches_open_consoles(relay, admin_b, b):
+    if requests.get(relay.url + "/api/announcement/", timeout=10).status_code == 404:
+        pytest.skip("/api/announcement/ is not in this build (the notifications branch adds it)")
+    b.get(relay.url + "/console/")
+    b.find("#live-dot.open")
+    admin_b.get(relay.url + "/console/admin/announcements")
+    admin_b.type("#an-title", "Planned maintenance")
+    admin_b.type("#an-content", "Sunday 02:00 UTC")
+    admin_b.click("#ann-form button[type='submit']")
+    admin_b.wait(lambda d: admin_b.text("#ann-status") == "Published.", what="published")
+    b.wait(lambda d: "Planned maintenance" in b.text("#announcements"), what="pushed banner")
+    no_script_errors(b)
+
+
+def test_phone_width_layout(relay, env):
+    br = chromium.Browser(width=390, height=844)
+    try:
+        br.login(relay.url, "dora", PASSWORD)
+        for path, shot in (("/console/", "phone-dashboard"), ("/console/keys", "phone-keys"),
+                           ("/console/chat", "phone-chat"), ("/console/usage", "phone-usage")):
+            br.get(relay.url + path)
+            br.find("#live-dot.open")
+            time.sleep(0.5)
+            overflow = br.js("return document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 1, f"{path} is wider than the phone by {overflow}px"
+            br.screenshot(shot)
+        assert not br.find("#nav").is_displayed()
+        br.click("#nav-toggle")
+        assert br.find("#nav").is_displayed()
+        assert br.find("#nav-toggle").get_attribute("aria-expanded") == "true"
+        no_script_errors(br)
+    finally:
+        br.quit()
+
+
+def test_live_connection_reconnects_after_a_server_restart(fresh_relay):
+    proc = fresh_relay()
+    Api.login(proc.url).create_user("erin", PASSWORD, quota=500_000)
+    br = chromium.Browser()
+    try:
+        br.login(proc.url, "erin", PASSWORD)
+        port = proc.port
+        proc.stop()
+        br.wait(lambda d: br.find("#live-dot").get_attribute("data-state") != "open",
+                what="the socket to notice")
+        # A call made while the server is away fails with a clear message.
+        msg = br.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            import('/static/js/api.js').then((m) => m.get('/api/user/self'))
+              .then(() => done('answered'), (e) => done(e.message));""")
+        assert msg == "The server cannot be reached; try again in a moment."
+        proc.start(port=port)
+        br.find("#live-dot.open", timeout=90)
+        # The hello after reconnecting carries the balance again.
+        br.wait(lambda d: quota_of(br) == 500_000, what="balance after reconnect")
+        # Failed socket attempts while the server was down or starting are
+        # expected (refused, or closed before the handshake); nothing else.
+        assert [e for e in br.errors() if "Failed to load resource" not in e
+                and "WebSocket connection to" not in e] == []
+    finally:
+        br.quit()
+
+
+def test_login_page_explains_the_rate_limit(fresh_relay):
+    proc = fresh_relay()  # its own process: the lock-out does not touch other tests
+    br = chromium.Browser()
+    try:
+        br.get(proc.url + "/console/login")
+        for _ in range(5):
+            br.type("#username", "root")
+            br.type("#password", "not-the-password")
+            br.click("#login-submit")
+            br.wait(lambda d: "Wrong user name or password" in br.text("#login-status"),
+                    what="a failed attempt")
+            br.js("document.querySelector('#login-status').textContent = ''")
+        br.type("#password", "not-the-password")
+        br.click("#login-submit")
+        br.wait(lambda d: "Too many failed attempts" in br.text("#login-status"),
+                what="the lock-out message")
+        assert br.find("#login-status").get_attribute("role") == "alert"
+    finally:
+        br.quit()

@@ -1,0 +1,57 @@
+import { t } from '../i18n.js';
+import { get, post } from '../api.js';
+import { boot } from '../common.js';
+import { $, el, credits, toUnits, fillRows, showError, showOk, openDialog, toast } from '../ui.js';
+
+boot();
+const dlg = $('#adjust-dialog');
+
+function row(u) {
+  return el('tr', { dataset: { id: u.id, name: u.username } },
+    el('td', {}, String(u.id)), el('td', {}, u.username), el('td', {}, u.email), el('td', {}, u.group),
+    el('td', { class: 'quota' }, credits(u.quota)), el('td', {}, credits(u.used_quota)),
+    el('td', {}, u.status === 1 ? t('keys.enabled') : t('keys.disabled')),
+    el('td', { class: 'actions' },
+      el('button', { class: 'small adjust', onclick: () => adjust(u) }, t('admin.adjust')),
+      el('button', { class: 'small secondary', onclick: () => manage(u, u.status === 1 ? 'disable' : 'enable') },
+        u.status === 1 ? t('keys.disable') : t('keys.enable'))));
+}
+
+async function load() {
+  const kw = $('#u-search').value.trim();
+  const data = await get(`/api/user/?size=100${kw ? `&keyword=${encodeURIComponent(kw)}` : ''}`);
+  fillRows($('#users-table tbody'), data.items.map(row), 8);
+}
+
+function adjust(u) {
+  const f = $('#adjust-form');
+  f.reset();
+  f.elements.id.value = u.id;
+  $('#adjust-title').textContent = t('admin.adjust_for', { name: u.username });
+  $('#adjust-status').textContent = '';
+  openDialog(dlg);
+}
+
+async function manage(u, action) {
+  try { await post('/api/user/manage', { id: u.id, action }); toast(t('common.saved')); await load(); } catch (e) { showError(null, e); }
+}
+
+$('#adjust-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const f = ev.target;
+  const status = $('#adjust-status');
+  const raw = Number(f.elements.amount.value);
+  if (!Number.isFinite(raw) || raw === 0) { showError(status, new Error(t('admin.amount_nonzero'))); return; }
+  const reason = f.elements.reason.value.trim();
+  if (!reason) { showError(status, new Error(t('admin.reason_needed'))); return; }
+  const amount = Math.sign(raw) * toUnits(String(Math.abs(raw)));
+  try {
+    await post(`/api/user/${f.elements.id.value}/quota`, { amount, reason });
+    dlg.close();
+    showOk(null, t('admin.adjusted'));
+    await load();
+  } catch (e) { showError(status, e); }
+});
+dlg.querySelector('.close').addEventListener('click', () => dlg.close());
+$('#u-search').addEventListener('input', () => { clearTimeout(window.__s); window.__s = setTimeout(() => load().catch((e) => showError(null, e)), 300); });
+load().catch((e) => showError(null, e));

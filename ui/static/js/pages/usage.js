@@ -1,0 +1,67 @@
+import { t } from '../i18n.js';
+import { get } from '../api.js';
+import * as live from '../live.js';
+import { boot } from '../common.js';
+import { $, el, credits, when, fillRows, showError } from '../ui.js';
+
+boot();
+let page = 1;
+const SIZE = 50;
+const keyNames = {};
+
+function query() {
+  const f = $('#usage-filter');
+  const q = new URLSearchParams();
+  const start = f.elements.start.value;
+  const end = f.elements.end.value;
+  if (start) q.set('start', String(new Date(start).getTime() / 1000));
+  if (end) q.set('end', String(new Date(end).getTime() / 1000));
+  for (const n of ['token_id', 'model', 'status']) {
+    const v = f.elements[n].value.trim();
+    if (v) q.set(n, v);
+  }
+  return q;
+}
+
+function row(r) {
+  return el('tr', { dataset: { id: r.request_id } },
+    el('td', {}, when(r.created_at)),
+    el('td', {}, r.token_name || keyNames[r.token_id] || String(r.token_id ?? '')),
+    el('td', {}, r.model || ''),
+    el('td', {}, `${r.prompt_tokens || 0} / ${r.completion_tokens || 0}`),
+    el('td', {}, credits(r.quota)),
+    el('td', {}, el('span', { class: `badge ${r.status >= 400 ? 's2' : 's1'}` }, String(r.status ?? ''))),
+    el('td', {}, r.duration_ms ? `${r.duration_ms} ms` : ''));
+}
+
+async function load() {
+  const q = query();
+  if (q.has('status') && !/^\d+$/.test(q.get('status'))) { showError(null, new Error(t('usage.bad_status'))); return; }
+  $('#usage-csv').href = `/api/log/self/export?${q}`;
+  q.set('p', String(page)); q.set('size', String(SIZE));
+  try {
+    const data = await get(`/api/log/self?${q}`);
+    fillRows($('#usage-table tbody'), data.items.map(row), 7);
+    $('#t-requests').textContent = data.totals.requests.toLocaleString();
+    $('#t-quota').textContent = credits(data.totals.quota);
+    $('#t-tokens').textContent = (data.totals.prompt_tokens + data.totals.completion_tokens).toLocaleString();
+    const pages = Math.max(1, Math.ceil(data.total / SIZE));
+    $('#page-info').textContent = t('common.page', { page, pages });
+    $('#prev').disabled = page <= 1;
+    $('#next').disabled = page >= pages;
+  } catch (e) { showError(null, e); }
+}
+
+$('#usage-filter').addEventListener('submit', (ev) => { ev.preventDefault(); page = 1; load(); });
+$('#prev').addEventListener('click', () => { page -= 1; load(); });
+$('#next').addEventListener('click', () => { page += 1; load(); });
+live.on('usage', () => { if (page === 1) { clearTimeout(window.__u); window.__u = setTimeout(load, 800); } });
+
+(async () => {
+  const data = await get('/api/token/?size=200');
+  for (const k of data.items) {
+    keyNames[k.id] = k.name;
+    $('#f-key').append(el('option', { value: String(k.id) }, k.name));
+  }
+  await load();
+})().catch((e) => showError(null, e));

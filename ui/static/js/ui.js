@@ -1,0 +1,101 @@
+// Small DOM helpers.  Text always goes in as text nodes, never as HTML.
+import { t } from './i18n.js';
+
+export const UNITS_PER_CREDIT = 500000;
+
+/** el('a', {href: x, class: 'b', onclick: fn}, 'text', child) */
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on') && typeof v === 'function') node.addEventListener(k.slice(2), v);
+    else if (k === 'class') node.className = v;
+    else if (k === 'dataset') Object.assign(node.dataset, v);
+    else if (k in node && typeof v !== 'string') node[k] = v;
+    else node.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+export const $ = (sel, root = document) => root.querySelector(sel);
+export const $$ = (sel, root = document) => [...root.querySelectorAll(sel)];
+
+export function credits(units) {
+  const n = Number(units || 0) / UNITS_PER_CREDIT;
+  return n.toLocaleString(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 4 });
+}
+
+export function toUnits(creditsText) {
+  const n = Number(String(creditsText).trim());
+  if (!Number.isFinite(n) || n < 0) throw new Error(t('err.amount'));
+  return Math.round(n * UNITS_PER_CREDIT);
+}
+
+export function when(ts) {
+  if (!ts || ts <= 0) return t('common.never');
+  return new Date(ts * 1000).toLocaleString();
+}
+
+let toastTimer = null;
+export function toast(message, kind = 'ok') {
+  const box = document.getElementById('toast');
+  if (!box) return;
+  box.textContent = message;
+  box.className = `toast show ${kind}`;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { box.className = 'toast'; }, 5000);
+}
+
+/** Show an error on a form's status line (and as a toast). */
+export function showError(target, err) {
+  const msg = err && err.message ? err.message : String(err);
+  if (target) { target.textContent = msg; target.className = 'form-status error'; }
+  toast(msg, 'error');
+}
+
+export function showOk(target, msg) {
+  if (target) { target.textContent = msg; target.className = 'form-status ok'; }
+  toast(msg, 'ok');
+}
+
+/** Empty a table body and fill it, with a 'nothing here' row when empty. */
+export function fillRows(tbody, rows, cols) {
+  tbody.replaceChildren();
+  if (!rows.length) {
+    tbody.append(el('tr', {}, el('td', { colspan: cols, class: 'empty' }, t('common.empty'))));
+    return;
+  }
+  for (const r of rows) tbody.append(r);
+}
+
+export async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (e) {
+    // Insecure origins (plain http on a LAN) have no clipboard API.
+    const ta = el('textarea', { class: 'offscreen' }, text);
+    document.body.append(ta); ta.select(); document.execCommand('copy'); ta.remove();
+  }
+  toast(t('common.copied'));
+}
+
+/** A form's named fields as an object (checkboxes as booleans). */
+export function formData(form) {
+  const out = {};
+  for (const f of form.elements) {
+    if (!f.name) continue;
+    out[f.name] = f.type === 'checkbox' ? f.checked : f.value;
+  }
+  return out;
+}
+
+/** Open a <dialog> (modal: focus is trapped, Escape closes it). */
+export function openDialog(dlg) {
+  dlg.showModal();
+  const first = dlg.querySelector('input, select, textarea, button');
+  if (first) first.focus();
+}
