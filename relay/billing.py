@@ -269,9 +269,9 @@ class Billing:
         if b is not None:
             self._absorb(b, doc)
         if kind == USER:
-            self._publish(ident, None)
+            self._publish(ident, None, user_doc=doc)
         else:
-            self._publish(doc.get("user_id"), ident)
+            self._publish(doc.get("user_id"), ident, token_doc=doc)
         return True
 
     async def reverse(self, ledger_id: str, user_id: int, token_id: int | None,
@@ -283,16 +283,17 @@ class Billing:
                  "amount": amount, "reason": reason, "created_at": time.time()})
         except DuplicateKeyError:
             return False
+        docs = {}
         for kind, ident in ((USER, user_id), (TOKEN, token_id)):
             if ident is None:
                 continue
-            doc = await self.store.db[_COLL[kind]].find_one_and_update(
+            doc = docs[kind] = await self.store.db[_COLL[kind]].find_one_and_update(
                 {"_id": ident}, {"$inc": {"quota": amount, "used_quota": -amount}},
                 return_document=True)
             b = self._bal.get((kind, ident))
             if b is not None and doc is not None:
                 self._absorb(b, doc)
-        self._publish(user_id, token_id)
+        self._publish(user_id, token_id, docs.get(USER), docs.get(TOKEN))
         return True
 
     async def set_remaining(self, kind: str, ident: int, target: int) -> None:
@@ -309,14 +310,21 @@ class Billing:
             await self.credit(kind, ident, target - remaining, "set by admin",
                               allow_negative=True)
 
-    def _publish(self, user_id, token_id) -> None:
+    def _publish(self, user_id, token_id, user_doc: dict | None = None,
+                 token_doc: dict | None = None) -> None:
+        """Tell the bus the new balances; a subject this process does not
+        hold is shown from the document the caller just wrote, if given."""
         if self.bus is None or user_id is None:
             return
         view = self.live_view(USER, user_id)
+        if view is None and user_doc is not None:
+            view = self.view_from_doc(USER, user_doc)
         if view is not None:
             self.bus.publish("balance", {"user_id": user_id, "quota": view[0], "used_quota": view[1]})
         if token_id is not None:
             tv = self.live_view(TOKEN, token_id)
+            if tv is None and token_doc is not None:
+                tv = self.view_from_doc(TOKEN, token_doc)
             if tv is not None:
                 self.bus.publish("token_balance", {"user_id": user_id, "token_id": token_id,
                                                    "remain_quota": tv[0], "used_quota": tv[1]})
