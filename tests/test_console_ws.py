@@ -330,3 +330,18 @@ def test_a_session_signed_out_elsewhere_loses_the_socket(relay, admin, env):
         assert not [m for m in f.messages if m.get("id") == "z1"]
     finally:
         f.close()
+
+
+def test_a_redeemed_code_is_pushed_even_without_a_call_first(relay, admin):
+    """A user who made no call in this process still sees a top-up live."""
+    admin.create_user("carla", PASSWORD)
+    s = Session(relay.url, "carla").connect()
+    try:
+        code = admin.post("/api/redemption/", {"name": "live", "quota": 4321, "count": 1})["data"][0]
+        r = s.http.post(relay.url + "/api/user/topup", json={"key": code},
+                        headers={"X-CSRF-Token": s.csrf})
+        assert r.status_code == 200, r.text
+        got = s.wait(lambda m: m["type"] == "balance")
+        assert got["quota"] == 4321
+    finally:
+        s.close()
