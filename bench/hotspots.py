@@ -6,6 +6,10 @@ Each line of the raw format is `frame;frame;...;leaf COUNT`, a frame being
 - inclusive: functions on the stack, each counted once per sample,
 - layers:    self samples by the package of the leaf (tornado, pymongo,
              json, our relay/ and handlers/ ...), to see where a cut pays.
+- parts:     each sample given to the innermost frame that belongs to a
+             known part (upstream client, inbound HTTP server, relay code,
+             database driver); frames of json, re, selectors... count for
+             the part that called them.
 
 Usable on its own: `python bench/hotspots.py bench/results/profile.txt`.
 """
@@ -42,6 +46,28 @@ def _layer(path: str) -> str:
     return head.removesuffix(".py")
 
 
+_PARTS = (
+    ("upstream client (curl_httpclient, relay/upstream.py)",
+     ("relay/upstream.py", "tornado/curl_httpclient.py", "tornado/httpclient.py")),
+    ("database driver (pymongo: usage and balance flush)", ("pymongo/", "bson/")),
+    ("inbound HTTP server (tornado web/http1connection/iostream)",
+     ("tornado/web.py", "tornado/http1connection.py", "tornado/iostream.py",
+      "tornado/httputil.py", "tornado/routing.py", "tornado/httpserver.py",
+      "tornado/tcpserver.py", "tornado/netutil.py")),
+    # server.py is left out: its main() is at the root of every stack, and
+    # its find_handler is routing, which the caller (tornado) accounts for.
+    ("relay code (handlers/, relay/, models/, notify/)", tuple(p for p in OURS if "/" in p)),
+)
+
+
+def _part(frames: list[tuple[str, str]]) -> str:
+    for _, path in reversed(frames):
+        for name, prefixes in _PARTS:
+            if path.startswith(prefixes):
+                return name
+    return "event loop and the rest (asyncio, tornado ioloop/gen)"
+
+
 def summarise(text: str, top: int = 15) -> dict:
     """Hot spots of the main thread (the event loop).  Samples of other
     threads (the executor's idle workers, which py-spy cannot always tell
@@ -49,6 +75,7 @@ def summarise(text: str, top: int = 15) -> dict:
     self_c: Counter = Counter()
     incl: Counter = Counter()
     layers: Counter = Counter()
+    parts: Counter = Counter()
     total = others = 0
     for line in text.splitlines():
         stack, _, count = line.rpartition(" ")
@@ -63,6 +90,7 @@ def summarise(text: str, top: int = 15) -> dict:
         func, path = frames[-1]
         self_c[f"{func} ({path})"] += n
         layers[_layer(path)] += n
+        parts[_part(frames)] += n
         for name in {f"{fn} ({p})" for fn, p in frames}:
             incl[name] += n
 
@@ -80,13 +108,15 @@ def summarise(text: str, top: int = 15) -> dict:
             "inclusive_ours": rows(incl, ours),
             # The event loop's own frames are on every stack and say nothing.
             "inclusive_all": rows(incl, lambda k: incl[k] < 0.9 * total),
-            "layers": rows(layers)}
+            "layers": rows(layers),
+            "parts": rows(parts)}
 
 
 def render(summary: dict) -> str:
     out = [f"{summary['samples']} samples of the main thread (active ones only: waiting in "
            f"epoll is not counted); {summary['other_thread_samples']} of other threads left out"]
-    for key, title in (("self", "Self time (leaf frame)"),
+    for key, title in (("parts", "Where the time goes"),
+                       ("self", "Self time (leaf frame)"),
                        ("inclusive_ours", "Inclusive time, relay code"),
                        ("inclusive_all", "Inclusive time, everything"),
                        ("layers", "Self time by layer")):

@@ -125,13 +125,14 @@ def ms(v: float) -> str:
 
 def print_table(runs: dict) -> None:
     print(f"\n{'run':22s} {'conns':>5s} {'req/s':>9s} {'p50 ms':>8s} {'p90 ms':>8s} "
-          f"{'p99 ms':>8s} {'errors':>6s}  cpu% (relay / upstream)")
+          f"{'p99 ms':>8s} {'errors':>6s}  cpu% relay/upstream  cpu us/req relay/upstream")
     for name, r in runs.items():
         errs = r["non_2xx"] + sum(r["socket_errors"].values())
-        cpu = r["cpu_pct"]
+        cpu, per = r["cpu_pct"], r["cpu_us_per_request"]
         print(f"{name:22s} {r['connections']:5d} {r['rps']:9.1f} {ms(r['p50_ms'])} "
               f"{ms(r['p90_ms'])} {ms(r['p99_ms'])} {errs:6d}  "
-              f"{cpu.get('relay', '-')} / {cpu.get('upstream', '-')}")
+              f"{cpu['relay']:5.1f} / {cpu['upstream']:5.1f}      "
+              f"{per['relay'] if name.startswith('relay') else '-':>7} / {per['upstream']:6.1f}")
 
 
 def profile(relay: procs.Child, key: str, relay_url: str, args) -> dict | None:
@@ -185,7 +186,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="wrk threads")
     ap.add_argument("--latency-duration", type=float, default=5.0,
                     help="seconds per one-connection run")
-    ap.add_argument("--profile-duration", type=float, default=10.0)
+    ap.add_argument("--profile-duration", type=float, default=20.0,
+                    help="seconds of load while profiling (half raw stacks, half flame graph)")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--out", default=os.path.join(RESULTS, "latest.json"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -196,6 +198,10 @@ def main() -> int:
               "(tests/run.sh installs it too), then run again.", file=sys.stderr)
         return 2
     os.makedirs(RESULTS, exist_ok=True)
+    facts = procs.machine()
+    if facts["loadavg_at_start"][0] > 1.0:
+        print(f"note: load average {facts['loadavg_at_start'][0]:.1f} on {facts['nproc']} "
+              "cores; other processes will skew req/s (cpu us/req much less).")
     work = tempfile.mkdtemp(prefix="relay-bench-")
     upstream = relay = None
     try:
@@ -278,7 +284,7 @@ def main() -> int:
         result = {
             "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": "python bench/run.py " + " ".join(sys.argv[1:]),
-            "machine": procs.machine(),
+            "machine": dict(facts, loadavg_at_end=os.getloadavg()),
             "setup": {"connections": args.connections, "duration_s": args.duration,
                       "latency_duration_s": args.latency_duration, "wrk_threads": args.threads,
                       "body_bytes": len(BODY), "stream_body_bytes": len(STREAM_BODY),
