@@ -22,7 +22,9 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 class Child:
     """A child process whose output goes to a log file."""
 
-    def __init__(self, name: str, cmd: list, log_path: str, env: dict | None = None):
+    def __init__(self, name: str, cmd: list, log_path: str, env: dict | None = None,
+                 cwd: str = ROOT):
+        self.cwd = cwd
         self.name = name
         self.cmd = cmd
         self.log_path = log_path
@@ -36,7 +38,7 @@ class Child:
 
     def start(self, port: int, timeout: float = 60.0) -> "Child":
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=self.env, stdout=self._log,
+        self.proc = subprocess.Popen(self.cmd, cwd=self.cwd, env=self.env, stdout=self._log,
                                      stderr=subprocess.STDOUT)
         try:
             wait_port(port, self.proc, timeout=timeout, what=self.name)
@@ -76,16 +78,27 @@ def start_upstream(workdir: str) -> tuple[Child, str]:
     return child, f"http://127.0.0.1:{port}"
 
 
-def start_relay(workdir: str, admin_password: str) -> tuple[Child, str]:
+def start_bare_proxy(workdir: str, upstream_url: str) -> tuple[Child, str]:
     port = free_port()
-    data_dir = os.path.join(workdir, "relay-data")
+    child = Child("bare proxy", [sys.executable, os.path.join(ROOT, "bench", "bare_proxy.py"),
+                                 "--port", str(port), "--upstream", upstream_url],
+                  os.path.join(workdir, "bare.log"))
+    child.start(port)
+    return child, f"http://127.0.0.1:{port}"
+
+
+def start_relay(workdir: str, admin_password: str, root: str = ROOT,
+                name: str = "relay") -> tuple[Child, str]:
+    """`python server.py` of the tree at `root` (another checkout for A/B)."""
+    port = free_port()
+    data_dir = os.path.join(workdir, name + "-data")
     os.makedirs(data_dir, exist_ok=True)
     env = dict(os.environ, RELAY_ADMIN_PASSWORD=admin_password, PYTHONUNBUFFERED="1")
     # An outside RELAY_MONGO_URL would point the bench at someone's database.
     env.pop("RELAY_MONGO_URL", None)
-    child = Child("relay", [sys.executable, os.path.join(ROOT, "server.py"), "--host",
-                            "127.0.0.1", "--port", str(port), "--data-dir", data_dir],
-                  os.path.join(workdir, "relay.log"), env=env)
+    child = Child(name, [sys.executable, os.path.join(root, "server.py"), "--host",
+                         "127.0.0.1", "--port", str(port), "--data-dir", data_dir],
+                  os.path.join(workdir, name + ".log"), env=env, cwd=root)
     child.start(port, timeout=120)
     return child, f"http://127.0.0.1:{port}"
 

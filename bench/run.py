@@ -10,6 +10,8 @@ balance and a limited key through the management API, then loads with wrk:
   direct_stream  the upstream itself, streaming chat
   relay          through the relay, non-streaming
   relay_stream   through the relay, streaming (the fake sends 5 events)
+  bare, bare_stream  bench/bare_proxy.py: Tornado + curl forwarding and
+                 nothing else, the ceiling of our stack (skip: --no-bare)
 
 each at --connections and again at one connection (added latency = relay p50
 minus direct p50).  After every relay run it waits for the billing flush
@@ -124,15 +126,16 @@ def ms(v: float) -> str:
 
 
 def print_table(runs: dict) -> None:
-    print(f"\n{'run':22s} {'conns':>5s} {'req/s':>9s} {'p50 ms':>8s} {'p90 ms':>8s} "
-          f"{'p99 ms':>8s} {'errors':>6s}  cpu% relay/upstream  cpu us/req relay/upstream")
+    print(f"\n{'run':18s} {'conns':>5s} {'req/s':>9s} {'p50 ms':>8s} {'p90 ms':>8s} "
+          f"{'p99 ms':>8s} {'errors':>6s}  cpu% proxy/upstream  cpu us/req proxy/upstream")
     for name, r in runs.items():
         errs = r["non_2xx"] + sum(r["socket_errors"].values())
         cpu, per = r["cpu_pct"], r["cpu_us_per_request"]
-        print(f"{name:22s} {r['connections']:5d} {r['rps']:9.1f} {ms(r['p50_ms'])} "
+        proxy = next((p for p in ("relay", "bare") if name.startswith(p)), None)
+        print(f"{name:18s} {r['connections']:5d} {r['rps']:9.1f} {ms(r['p50_ms'])} "
               f"{ms(r['p90_ms'])} {ms(r['p99_ms'])} {errs:6d}  "
-              f"{cpu['relay']:5.1f} / {cpu['upstream']:5.1f}      "
-              f"{per['relay'] if name.startswith('relay') else '-':>7} / {per['upstream']:6.1f}")
+              f"{cpu.get(proxy, 0):5.1f} / {cpu['upstream']:5.1f}      "
+              f"{per[proxy] if proxy else '-':>7} / {per['upstream']:6.1f}")
 
 
 def profile(relay: procs.Child, key: str, relay_url: str, args) -> dict | None:
@@ -189,6 +192,7 @@ def main() -> int:
     ap.add_argument("--profile-duration", type=float, default=20.0,
                     help="seconds of load while profiling (half raw stacks, half flame graph)")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--no-bare", action="store_true", help="skip the bare Tornado+curl proxy")
     ap.add_argument("--out", default=os.path.join(RESULTS, "latest.json"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = ap.parse_args()
@@ -203,9 +207,11 @@ def main() -> int:
         print(f"note: load average {facts['loadavg_at_start'][0]:.1f} on {facts['nproc']} "
               "cores; other processes will skew req/s (cpu us/req much less).")
     work = tempfile.mkdtemp(prefix="relay-bench-")
-    upstream = relay = None
+    upstream = relay = bare = None
     try:
         upstream, upstream_url = procs.start_upstream(work)
+        if not args.no_bare:
+            bare, bare_url = procs.start_bare_proxy(work, upstream_url)
         relay, relay_url = procs.start_relay(work, ADMIN_PASSWORD)
         env = setup(relay_url, upstream_url)
         admin, uid, key = env["admin"], env["user_id"], env["key"]
@@ -228,6 +234,11 @@ def main() -> int:
             ("relay_c1", relay_url, BODY, key, 1, args.latency_duration),
             ("relay_stream_c1", relay_url, STREAM_BODY, key, 1, args.latency_duration),
         ]
+        if bare is not None:
+            watch["bare"] = bare.pid
+            plan[4:4] = [("bare", bare_url, BODY, "", args.connections, args.duration),
+                         ("bare_stream", bare_url, STREAM_BODY, "", args.connections,
+                          args.duration)]
         # Warm the relay (caches, leases, curl pool) outside the figures.
         procs.wrk(relay_url + path, BODY, key, args.connections, duration=2)
         before = settled(admin, uid)
@@ -262,6 +273,11 @@ def main() -> int:
             "stream_ms": round(runs["relay_stream_c1"]["p50_ms"]
                                - runs["direct_stream_c1"]["p50_ms"], 3),
         }
+        if bare is not None:
+            ratios["relay_vs_bare"] = round(runs["relay"]["rps"] / runs["bare"]["rps"], 3)
+            ratios["bare_vs_direct"] = round(runs["bare"]["rps"] / runs["direct"]["rps"], 3)
+            ratios["relay_stream_vs_bare_stream"] = round(
+                runs["relay_stream"]["rps"] / runs["bare_stream"]["rps"], 3)
         met = min(ratios["relay_vs_direct"], ratios["relay_stream_vs_direct_stream"]) >= TARGET_RATIO
         print("\nratios (relay req/s / direct req/s):")
         for k, v in ratios.items():
@@ -298,10 +314,10 @@ def main() -> int:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
             f.write("\n")
-        print(f"\nwrote {os.path.relpath(args.out, ROOT)}")
+        print(f"\nwrote {args.out}")
         return 0 if billing_ok else 1
     finally:
-        for child in (relay, upstream):
+        for child in (relay, bare, upstream):
             if child is not None:
                 child.stop()
         if args.keep:
