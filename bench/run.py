@@ -146,14 +146,16 @@ def profile(relay: procs.Child, key: str, relay_url: str, args) -> dict | None:
         return None
     half = max(2.0, args.profile_duration / 2)
     url = relay_url + "/v1/chat/completions"
-    env = dict(os.environ, BENCH_BODY=BODY, BENCH_KEY=key)
+    stream = args.profile_load == "stream"
+    env = dict(os.environ, BENCH_BODY=STREAM_BODY if stream else BODY, BENCH_KEY=key)
     load = subprocess.Popen(
         ["wrk", "-t1", f"-c{args.connections}", f"-d{2 * half + 2:g}s", "-s",
          os.path.join(ROOT, "bench", "post.lua"), url], env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(1)
-    raw = os.path.join(RESULTS, "profile.txt")
-    svg = os.path.join(RESULTS, "profile.svg")
+    suffix = "-stream" if stream else ""
+    raw = os.path.join(RESULTS, f"profile{suffix}.txt")
+    svg = os.path.join(RESULTS, f"profile{suffix}.svg")
     # Two windows of the same load: raw stacks for the summary, then the
     # flame graph (two samplers at once would stop the process twice).
     for fmt, out in (("raw", raw), ("flamegraph", svg)):
@@ -175,9 +177,10 @@ def profile(relay: procs.Child, key: str, relay_url: str, args) -> dict | None:
     text = hotspots.render(summary) + (
         f"\nThe event loop was busy in {100 * summary['main_thread_busy_share']:.0f}% of the "
         f"{half:g} s sampled.\n")
-    with open(os.path.join(RESULTS, "hotspots.txt"), "w") as f:
+    with open(os.path.join(RESULTS, f"hotspots{suffix}.txt"), "w") as f:
         f.write(text)
-    print("\nProfile of the relay under non-streaming load (py-spy, 100 Hz):")
+    summary["load"] = args.profile_load
+    print(f"\nProfile of the relay under {args.profile_load} load (py-spy, 100 Hz):")
     print(text)
     return summary
 
@@ -192,6 +195,8 @@ def main() -> int:
     ap.add_argument("--profile-duration", type=float, default=20.0,
                     help="seconds of load while profiling (half raw stacks, half flame graph)")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--profile-load", choices=("plain", "stream"), default="plain",
+                    help="chat calls to profile under: non-streaming (default) or streaming")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare Tornado+curl proxy")
     ap.add_argument("--out", default=os.path.join(RESULTS, "latest.json"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
