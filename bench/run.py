@@ -284,10 +284,28 @@ def main() -> int:
             ratios["relay_stream_vs_bare_stream"] = round(
                 runs["relay_stream"]["rps"] / runs["bare_stream"]["rps"], 3)
         met = min(ratios["relay_vs_direct"], ratios["relay_stream_vs_direct_stream"]) >= TARGET_RATIO
-        print("\nratios (relay req/s / direct req/s):")
+        # Every server here is one single-threaded process that runs out of
+        # CPU first, so 1 / (CPU per call) is what it could serve with a core
+        # of its own.  These ratios hold still when other work shares the
+        # machine; the measured ones above do not.
+        cpu_ratios = {k: round(runs[b]["cpu_us_per_request"]["upstream"]
+                               / runs[a]["cpu_us_per_request"][p], 3)
+                      for k, a, b, p in (
+                          ("relay_vs_direct", "relay", "direct", "relay"),
+                          ("relay_stream_vs_direct_stream", "relay_stream", "direct_stream",
+                           "relay"),
+                          ("bare_vs_direct", "bare", "direct", "bare"),
+                          ("bare_stream_vs_direct_stream", "bare_stream", "direct_stream",
+                           "bare"))
+                      if a in runs}
+        print("\nratios (relay req/s / direct req/s)    measured  by CPU per call")
         for k, v in ratios.items():
-            print(f"  {k:32s} {v:6.3f}")
-        print(f"  target >= {TARGET_RATIO:.3f} for both modes: {'met' if met else 'NOT met'}")
+            c = cpu_ratios.get(k)
+            print(f"  {k:32s} {v:9.3f}  {'' if c is None else f'{c:9.3f}'}")
+        met_cpu = min(cpu_ratios["relay_vs_direct"],
+                      cpu_ratios["relay_stream_vs_direct_stream"]) >= TARGET_RATIO
+        print(f"  target >= {TARGET_RATIO:.3f} for both modes: {'met' if met else 'NOT met'} "
+              f"(by CPU per call: {'met' if met_cpu else 'NOT met'})")
         print(f"added latency at one connection (p50): non-streaming {added['non_stream_ms']:.2f} "
               f"ms, streaming {added['stream_ms']:.2f} ms")
         print(f"peak memory (VmHWM): relay {peak['relay_vm_hwm_kb'] / 1024:.1f} MiB "
@@ -311,8 +329,9 @@ def main() -> int:
                       "body_bytes": len(BODY), "stream_body_bytes": len(STREAM_BODY),
                       "unit_cost": unit_cost, "billing": "per token, limited key + user",
                       "database": "embedded (nx-27017 child process)"},
-            "runs": runs, "ratios": ratios, "target_ratio": round(TARGET_RATIO, 3),
-            "target_met": met, "added_latency_ms": added, "memory": peak,
+            "runs": runs, "ratios": ratios, "ratios_by_cpu_per_call": cpu_ratios,
+            "target_ratio": round(TARGET_RATIO, 3),
+            "target_met": met, "target_met_by_cpu_per_call": met_cpu, "added_latency_ms": added, "memory": peak,
             "billing_check": checks, "billing_ok": billing_ok,
             "profile": prof,
         }
