@@ -331,7 +331,8 @@ def main() -> int:
                       "database": "embedded (nx-27017 child process)"},
             "runs": runs, "ratios": ratios, "ratios_by_cpu_per_call": cpu_ratios,
             "target_ratio": round(TARGET_RATIO, 3),
-            "target_met": met, "target_met_by_cpu_per_call": met_cpu, "added_latency_ms": added, "memory": peak,
+            "target_met": met, "target_met_by_cpu_per_call": met_cpu,
+            "added_latency_ms": added, "memory": peak,
             "billing_check": checks, "billing_ok": billing_ok,
             "profile": prof,
         }
