@@ -283,7 +283,8 @@ def main() -> int:
             ratios["bare_vs_direct"] = round(runs["bare"]["rps"] / runs["direct"]["rps"], 3)
             ratios["relay_stream_vs_bare_stream"] = round(
                 runs["relay_stream"]["rps"] / runs["bare_stream"]["rps"], 3)
-        met = min(ratios["relay_vs_direct"], ratios["relay_stream_vs_direct_stream"]) >= TARGET_RATIO
+        met = min(ratios["relay_vs_direct"],
+                  ratios["relay_stream_vs_direct_stream"]) >= TARGET_RATIO
         # Every server here is one single-threaded process that runs out of
         # CPU first, so 1 / (CPU per call) is what it could serve with a core
         # of its own.  These ratios hold still when other work shares the
