@@ -9,7 +9,8 @@ balance and a limited key through the management API, then loads with wrk:
   direct         the upstream itself, non-streaming chat
   direct_stream  the upstream itself, streaming chat
   relay          through the relay, non-streaming
-  relay_stream   through the relay, streaming (the fake sends 5 events)
+  relay_stream   through the relay, streaming (the fake sends role, three
+                 content pieces, finish, usage and [DONE])
   bare, bare_stream  bench/bare_proxy.py: Tornado + curl forwarding and
                  nothing else, the ceiling of our stack (skip: --no-bare)
 
@@ -223,6 +224,10 @@ def main() -> int:
         smoke(relay_url, upstream_url, key)
         first = settled(admin, uid)
         rss_setup = procs.status_kb(relay.pid, "VmRSS")
+        if first["records_ok"] != 2 or first["records_ok_quota"] <= 0:
+            # Without a price every check below would compare zeros.
+            print(f"billing looks off: the two smoke calls left {first}", file=sys.stderr)
+            return 1
         unit_cost = first["records_ok_quota"] // max(first["records_ok"], 1)
         print(f"relay {relay_url} (pid {relay.pid}), upstream {upstream_url} "
               f"(pid {upstream.pid}); one call costs {unit_cost} units; work dir {work}")
