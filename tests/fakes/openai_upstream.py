@@ -189,8 +189,10 @@ class ModelsHandler(_Base):
 class FakeOpenAI:
     """Runs in a thread with its own IOLoop; `url` is its base address."""
 
-    def __init__(self, slow_delay: float = 0.5):
+    def __init__(self, slow_delay: float = 0.5, record: bool = True):
         self.slow_delay = slow_delay
+        # Off for benchmarks: a recorded request per call would grow memory.
+        self.recording = record
         self.requests: list[dict] = []
         self.flaky_count = 0
         self.port = 0
@@ -209,7 +211,8 @@ class FakeOpenAI:
     def record(self, request, body, mode):
         rec = {"method": request.method, "path": request.path, "mode": mode,
                "headers": dict(request.headers), "body": body, "aborted": False}
-        self.requests.append(rec)
+        if self.recording:
+            self.requests.append(rec)
         return rec
 
     def routes(self):
@@ -258,8 +261,10 @@ def main():
     import argparse
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--no-record", action="store_true",
+                    help="keep no copy of the requests (for benchmarks: memory stays flat)")
     args = ap.parse_args()
-    fake = FakeOpenAI()
+    fake = FakeOpenAI(record=not args.no_record)
     app = tornado.web.Application(fake.routes())
     server = HTTPServer(app)
     server.listen(args.port, "127.0.0.1")

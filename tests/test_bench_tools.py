@@ -1,0 +1,67 @@
+"""The benchmark's own parts: the fake upstream's --no-record switch and the
+py-spy summary.  (The benchmark itself is bench/run.py, not a test.)"""
+from __future__ import annotations
+
+import os
+import sys
+
+import requests
+
+from tests.fakes.openai_upstream import FakeOpenAI
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "bench"))
+import hotspots  # noqa: E402
+
+BODY = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_fake_without_recording_answers_the_same_and_keeps_nothing():
+    quiet, loud = FakeOpenAI(record=False).start(), FakeOpenAI().start()
+    try:
+        answers = []
+        for fake in (quiet, loud):
+            r = requests.post(fake.url + "/v1/chat/completions", json=BODY, timeout=10)
+            assert r.status_code == 200
+            answers.append(r.json())
+            r = requests.post(fake.url + "/v1/chat/completions", json=dict(BODY, stream=True),
+                              timeout=10)
+            assert r.text.rstrip().endswith("data: [DONE]")
+        assert [a["choices"] for a in answers[:1]] == [a["choices"] for a in answers[1:]]
+        assert answers[0]["usage"] == answers[1]["usage"]
+        assert quiet.requests == []
+        assert [q["body"]["model"] for q in loud.requests] == ["gpt-4o-mini"] * 2
+    finally:
+        quiet.stop()
+        loud.stop()
+
+
+RAW = """\
+<module> (server.py:10);main (server.py:20);_run_once (asyncio/base_events.py:1);_OpenAIRelay.post (relay_openai.py:22);RelayService.relay (relay/service.py:5);Upstream.send (relay/upstream.py:9);AsyncHTTPClient.fetch (tornado/httpclient.py:3) 6
+<module> (server.py:10);main (server.py:20);_run_once (asyncio/base_events.py:1);_OpenAIRelay.post (relay_openai.py:22);RelayService.relay (relay/service.py:5);dumps (json/__init__.py:2) 3
+<module> (server.py:10);main (server.py:20);_run_once (asyncio/base_events.py:1);HTTP1Connection._read_message (tornado/http1connection.py:7);_RoutingDelegate.headers_received (tornado/routing.py:4);RelayApplication.find_handler (server.py:60) 1
+<module> (server.py:10);main (server.py:20);_run_once (asyncio/base_events.py:1);EpollSelector.select (selectors.py:3) 5
+Thread._bootstrap (threading.py:1);_worker (concurrent/futures/thread.py:81) 50
+"""
+
+
+def test_hotspots_shares_parts_and_other_threads():
+    s = hotspots.summarise(RAW)
+    assert s["samples"] == 15 and s["other_thread_samples"] == 50
+    self_top = {r["function"]: r["share"] for r in s["self"]}
+    assert self_top["AsyncHTTPClient.fetch (tornado/httpclient.py)"] == 0.4
+    assert self_top["dumps (json/__init__.py)"] == 0.2
+    ours = {r["function"]: r["samples"] for r in s["inclusive_ours"]}
+    # handlers/ files appear bare in py-spy's output and get their folder back
+    assert ours["_OpenAIRelay.post (handlers/relay_openai.py)"] == 9
+    assert ours["Upstream.send (relay/upstream.py)"] == 6
+    parts = {r["function"]: r["samples"] for r in s["parts"]}
+    assert parts == {
+        "upstream client (curl_httpclient, relay/upstream.py)": 6,
+        "relay code (handlers/, relay/, models/, notify/)": 3,
+        "inbound HTTP server (tornado web/http1connection/iostream)": 1,
+        "event loop and the rest (asyncio, tornado ioloop/gen)": 5,
+    }
+    # frames on (nearly) every stack say nothing and are left out
+    assert "main (server.py)" not in ours
+    assert "Where the time goes" in hotspots.render(s)
