@@ -32,21 +32,23 @@ from relay.usage import UsageLog
 
 log = logging.getLogger("relay")
 
-# Each module ends with its own `default_handlers`; order matters where
-# patterns overlap (vendor-native paths before the generic ones).
+# Each module ends with its own `default_handlers`.  Tornado tries rules in
+# order: the relay's hot paths first, vendor-native paths (with ':' in them)
+# before the generic OpenAI ones, the console's catch-alls last.
 HANDLER_MODULES = [
+    "handlers.relay_openai",
+    "handlers.relay_vendors",
+    "handlers.relay_media",
+    "handlers.relay_mj",
     "handlers.api_user",
     "handlers.api_token",
     "handlers.api_admin",
     "handlers.api_log",
-    "handlers.relay_openai",
+    "handlers.api_notify",
+    "handlers.console",
 ]
 # Modules with install(app): background workers that hook into start/stop.
 INSTALLERS = ["notify.service", "relay.mj_tasks"]
-OPTIONAL_MODULES = [
-    "handlers.relay_vendors", "handlers.relay_media", "handlers.relay_mj", "handlers.console",
-    "handlers.api_notify",
-]
 
 
 class RelayApplication(tornado.web.Application):
@@ -79,14 +81,6 @@ def _handlers() -> list:
     routes = []
     for name in HANDLER_MODULES:
         routes += importlib.import_module(name).default_handlers
-    for name in OPTIONAL_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        routes += mod.default_handlers
     return routes
 
 
@@ -113,13 +107,7 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
         usage_log=usage_log, scheduler=scheduler, upstream=upstream, service=service,
         started_at=time.time(), on_start=[], on_stop=[])
     for name in INSTALLERS:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        mod.install(app)
+        importlib.import_module(name).install(app)
     return app
 
 

@@ -179,9 +179,13 @@ class RelayService:
                 out = max(int(out), 1)
             except (TypeError, ValueError):
                 out = self.settings.default_max_tokens
+            # Reserving needs no exact count (the bill is settled from the
+            # upstream's usage), so chat skips the BPE pass here.
+            prompt = tokenizer.approx_messages(b.get("messages") or [], b.get("tools"))
         else:
             out = 0
-        usage = pricing.Usage(self.prompt_tokens(call), out, 0, units)
+            prompt = self.prompt_tokens(call)
+        usage = pricing.Usage(prompt, out, 0, units)
         return pricing.cost(usage, price, auth.rate, per_call)
 
     # ---- the call -----------------------------------------------------------
