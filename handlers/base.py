@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import tornado.web
+from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 
 from models.records import ROLE_ADMIN, USER_ENABLED
@@ -203,6 +204,7 @@ class RelayHandler(Base):
         self._size = 0
         self.started = False
         self.closed = False
+        self._flush_due = False
 
     async def prepare(self) -> None:
         limit = self.config.max_body_bytes
@@ -299,7 +301,15 @@ class RelayHandler(Base):
         if self.closed:
             return
         super().write(data)
-        if self.started and not isinstance(data, dict):
+        if self.started and not isinstance(data, dict) and not self._flush_due:
+            # One socket write per event-loop turn, however many chunks the
+            # upstream delivered in it.
+            self._flush_due = True
+            IOLoop.current().add_callback(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_due = False
+        if not self.closed and not self._finished:
             self.flush().add_done_callback(self._flushed)
 
     def _flushed(self, fut) -> None:
