@@ -18,18 +18,15 @@ with status MODAL, continued by submit/modal.  Every request is recorded in
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import random
-import socket
-import threading
 import time
 
 import tornado.web
-from tornado.httpserver import HTTPServer
-from tornado.ioloop import IOLoop
 
 from tests.fakes.media_upstream import PNG_1PX
+
+from tests.fakes.server import ThreadedServer
 
 STEPS = [("NOT_START", "0%"), ("SUBMITTED", "0%"), ("IN_PROGRESS", "50%"), ("SUCCESS", "100%")]
 
@@ -164,18 +161,12 @@ class ImageFileHandler(tornado.web.RequestHandler):
         self.finish(PNG_1PX)
 
 
-class FakeMidjourney:
+class FakeMidjourney(ThreadedServer):
     def __init__(self, secret: str = "mj-upstream-secret"):
         self.secret = secret
         self.tasks: dict[str, dict] = {}
         self.calls: list[dict] = []
-        self.port = 0
         self.no_list = False
-        self._loop = self._server = self._thread = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def new_task(self, action, prompt, description) -> dict:
         tid = str(random.randint(10 ** 15, 10 ** 16 - 1))
@@ -215,36 +206,3 @@ class FakeMidjourney:
                 (p + r"/task/(\d+)/fetch", FetchHandler, kw),
                 (p + r"/task/(\d+)/image-seed", SeedHandler, kw),
                 (r"/attachments/(\d+)\.png", ImageFileHandler)]
-
-    def start(self) -> "FakeMidjourney":
-        ready = threading.Event()
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        sock.setblocking(False)
-        self.port = sock.getsockname()[1]
-
-        def run():
-            asyncio.set_event_loop(asyncio.new_event_loop())
-            self._loop = IOLoop.current()
-            self._server = HTTPServer(tornado.web.Application(self.routes()))
-            self._server.add_sockets([sock])
-            ready.set()
-            self._loop.start()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is None:
-            return
-
-        def shutdown():
-            self._server.stop()
-            self._loop.stop()
-        self._loop.add_callback(shutdown)
-        self._thread.join(5)
-        self._loop = None

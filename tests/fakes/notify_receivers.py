@@ -31,15 +31,14 @@ import hashlib
 import hmac
 import json
 import secrets
-import socket
 import threading
 import time
 from collections import defaultdict
 
 import tornado.web
 from tornado.httpclient import AsyncHTTPClient
-from tornado.httpserver import HTTPServer
-from tornado.ioloop import IOLoop
+
+from tests.fakes.server import ThreadedServer
 
 
 class _H(tornado.web.RequestHandler):
@@ -273,11 +272,9 @@ class Hook(_H):
         self.reply({"received": True})
 
 
-class NotifyReceivers:
+class NotifyReceivers(ThreadedServer):
     def __init__(self):
         self.requests: list[dict] = []
-        self.port = 0
-        self._loop = None
         self.lock = threading.Lock()
         self.wecom_corps: dict[str, str] = {}
         self.wecom_tokens: dict[str, tuple] = {}
@@ -295,9 +292,6 @@ class NotifyReceivers:
         self.hook_counts: dict[str, int] = defaultdict(int)
         self.closed: set[str] = set()
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def record(self, request, body, vendor) -> dict:
         rec = {"vendor": vendor, "method": request.method, "path": request.path,
@@ -332,36 +326,3 @@ class NotifyReceivers:
                 (r"/bot([^/]+)/sendMessage", Telegram, kw),
                 (r"/hook/([a-z0-9]+)/([^/]+)", Hook, kw),
                 (r"/([A-Za-z0-9_\-]+)\.send", ServerChan, kw)]
-
-    def start(self) -> "NotifyReceivers":
-        ready = threading.Event()
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(256)
-        sock.setblocking(False)
-        self.port = sock.getsockname()[1]
-
-        def run():
-            asyncio.set_event_loop(asyncio.new_event_loop())
-            self._loop = IOLoop.current()
-            self._server = HTTPServer(tornado.web.Application(self.routes()))
-            self._server.add_sockets([sock])
-            ready.set()
-            self._loop.start()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is None:
-            return
-
-        def shutdown():
-            self._server.stop()
-            self._loop.stop()
-        self._loop.add_callback(shutdown)
-        self._thread.join(5)
-        self._loop = None

@@ -28,13 +28,14 @@ import base64
 import json
 import socket
 import struct
-import threading
 import time
 
 import tornado.web
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
+
+from tests.fakes.server import ThreadedServer
 
 DEFAULT_TEXT = "Hello from the fake upstream."
 
@@ -186,7 +187,7 @@ class ModelsHandler(_Base):
         self.finish({"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
 
 
-class FakeOpenAI:
+class FakeOpenAI(ThreadedServer):
     """Runs in a thread with its own IOLoop; `url` is its base address."""
 
     def __init__(self, slow_delay: float = 0.5, record: bool = True):
@@ -195,15 +196,8 @@ class FakeOpenAI:
         self.recording = record
         self.requests: list[dict] = []
         self.flaky_count = 0
-        self.port = 0
-        self._loop = None
-        self._thread = None
-        self._server = None
         self.extra_handlers: list = []
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def mode_url(self, mode: str) -> str:
         return f"{self.url}/mode/{mode}"
@@ -222,39 +216,6 @@ class FakeOpenAI:
                 (p + r"/embeddings", EmbeddingsHandler, kw),
                 (p + r"/models", ModelsHandler, kw)] + [
                     (p + pat, h, kw) for pat, h in self.extra_handlers]
-
-    def start(self) -> "FakeOpenAI":
-        ready = threading.Event()
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(512)
-        sock.setblocking(False)
-        self.port = sock.getsockname()[1]
-
-        def run():
-            asyncio.set_event_loop(asyncio.new_event_loop())
-            self._loop = IOLoop.current()
-            self._server = HTTPServer(tornado.web.Application(self.routes()))
-            self._server.add_sockets([sock])
-            ready.set()
-            self._loop.start()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is None:
-            return
-
-        def shutdown():
-            self._server.stop()
-            self._loop.stop()
-        self._loop.add_callback(shutdown)
-        self._thread.join(5)
-        self._loop = None
 
 
 def main():
