@@ -1,9 +1,8 @@
 """The management API: envelope, sign-in, CSRF, roles, groups, prices,
 channels, users and redemption codes."""
-import pytest
 import requests
 
-from tests.helpers import ADMIN_PASSWORD, Api
+from tests.helpers import Api
 
 
 def envelope(r):

@@ -5,7 +5,6 @@ import socket
 import time
 
 import pytest
-import requests
 
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import Api
