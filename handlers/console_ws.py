@@ -38,6 +38,12 @@ def own_origins(handler) -> list[str]:
     return [f"{first}://{host}"] + [f"{p}://{host}" for p in ("http", "https") if p != first]
 
 
+def self_address(config) -> str:
+    """Where this process itself listens, for calls the console makes to "this server"."""
+    host = config.host if config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    return f"http://{host}:{config.port}"
+
+
 class ConsoleSocket(tornado.websocket.WebSocketHandler):
     @property
     def ctx(self) -> dict:
@@ -61,7 +67,11 @@ class ConsoleSocket(tornado.websocket.WebSocketHandler):
             return
         self.uid = self.user["_id"]
         status = await console_status.load(self.ctx["store"], self.ctx["config"])
-        self.bases = own_origins(self) + [a["url"] for a in status["base_addresses"]]
+        configured = [a["url"] for a in status["base_addresses"]]
+        self.bases = own_origins(self) + configured
+        # Our own origin comes from the Host header, which the caller chooses:
+        # calls to it go to our own listener, never to whatever host it names.
+        self.own = {o.lower() for o in own_origins(self)} - {c.lower().rstrip("/") for c in configured}
         self.origins = {console_status.origin_of(u) for u in self.bases}
         self.unsubscribe: list = []
         self.chats: dict[str, ChatCall] = {}
@@ -174,6 +184,8 @@ class ConsoleSocket(tornado.websocket.WebSocketHandler):
     async def build_call(self, kind: str, cid: str, msg: dict) -> ChatCall:
         root, mode = normalise_base(msg.get("base"), kind)
         check_allowed(root, self.bases)
+        if root.lower() in self.own:
+            root = self_address(self.ctx["config"])
         key = await self.key_for(msg)
         model = str(msg.get("model") or "").strip()
         if not model:

@@ -345,3 +345,28 @@ def test_a_redeemed_code_is_pushed_even_without_a_call_first(relay, admin):
         assert got["quota"] == 4321
     finally:
         s.close()
+
+
+def test_a_forged_host_header_cannot_aim_the_chat_elsewhere(relay, env, upstream):
+    """The console's "this server" is taken from the Host header; a caller who
+    forges it (here: the fake upstream's own address) must still reach this
+    relay, not the named host with the user's key."""
+    s = Session(relay.url, "alice")
+    other = upstream.url  # a real listener on 127.0.0.1 that records what it gets
+    url = relay.url.replace("http://", "ws://") + "/console/ws"
+    s.ws = websocket.create_connection(url, timeout=30, cookie=s.cookie_header(), origin=other,
+                                       host=other.split("//")[1])
+    s._reader = threading.Thread(target=s._read, daemon=True)
+    s._reader.start()
+    try:
+        s.wait(lambda m: m["type"] == "hello")
+        key = env["alice"]["key"]
+        s.send({"type": "chat", "id": "forged", "key_id": key["id"], "model": "gpt-4o-mini",
+                "base": other, "messages": [{"role": "user", "content": "hi"}]})
+        done = s.wait(lambda m: m.get("id") == "forged" and m["type"] in ("chat_done", "chat_error"))
+        assert done["type"] == "chat_done", done
+        sent_with_user_key = [r for r in upstream.requests
+                              if key["key"] in r["headers"].get("Authorization", "")]
+        assert sent_with_user_key == []
+    finally:
+        s.close()
