@@ -159,12 +159,8 @@ class TranscriptionHandler(RelayHandler):
 # append "/chat/completions" to it; others double the "/v1".  Any run of
 # "/v1" and "/chat/completions" before a known endpoint is accepted.
 _P = r"(?:/v1|/chat/completions)*"
-_V = r"(?:/v1)?"
 
 default_handlers = [
-    (_V + r"/images/generations/?", ImagesHandler),
-    (_V + r"/audio/speech/?", SpeechHandler),
-    (_V + r"/audio/transcriptions/?", TranscriptionHandler),
     (_P + r"/chat/completions/?", ChatHandler),
     (_P + r"/embeddings/?", EmbeddingsHandler),
     (_P + r"/models/?", ModelsHandler),

@@ -56,10 +56,7 @@ class MessagesHandler(tornado.web.RequestHandler):
             b = json.loads(self.request.body or b"{}")
         except ValueError:
             b = {"_raw": self.request.body[:200].decode(errors="replace")}
-        self.fake.record(self.request, b, mode)
-        self.rec = self.fake.requests[-1]
-        self.rec.setdefault("aborted", False)
-        self.rec["raw"] = self.request.body
+        self.rec = self.fake.record(self.request, b, mode)
         h = self.request.headers
         key = h.get("x-api-key") or (h.get("Authorization", "")[7:]
                                      if h.get("Authorization", "").startswith("Bearer ") else "")

@@ -46,13 +46,6 @@ class AzureEmbeddings(_AzureMixin, oa.EmbeddingsHandler):
 
 
 class FakeAzure(oa.FakeOpenAI):
-    def record(self, request, body, mode):
-        super().record(request, body, mode)
-        rec = self.requests[-1]
-        rec["query"] = request.query
-        rec["raw"] = request.body
-        return rec
-
     def routes(self):
         kw = {"fake": self}
         p = r"(?:/mode/(?P<mode>[a-z0-9]+))?/openai"

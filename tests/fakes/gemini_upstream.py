@@ -195,13 +195,6 @@ class FakeGemini(FakeOpenAI):
         self.usage = {"promptTokenCount": 12, "candidatesTokenCount": 5,
                       "cachedContentTokenCount": 3}
 
-    def record(self, request, body, mode):
-        super().record(request, body, mode)
-        rec = self.requests[-1]
-        rec["query"] = request.query
-        rec["raw"] = request.body
-        return rec
-
     def routes(self):
         kw = {"fake": self}
         p = r"(?:/mode/(?P<mode>[a-z0-9_]+))?/(?P<version>v1beta|v1)"

@@ -203,8 +203,9 @@ class FakeOpenAI(ThreadedServer):
         return f"{self.url}/mode/{mode}"
 
     def record(self, request, body, mode):
-        rec = {"method": request.method, "path": request.path, "mode": mode,
-               "headers": dict(request.headers), "body": body, "aborted": False}
+        rec = {"method": request.method, "path": request.path, "query": request.query,
+               "mode": mode, "headers": dict(request.headers), "body": body,
+               "raw": request.body, "aborted": False}
         if self.recording:
             self.requests.append(rec)
         return rec
