@@ -15,4 +15,6 @@ if [ -n "$need" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need
 fi
 python3 -m pip install -q --disable-pip-version-check -r requirements-test.txt
+# The coding-agent CLIs and Node SDKs the end-to-end tests drive (tests/clients).
+npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
 exec python3 -m pytest "$@"
