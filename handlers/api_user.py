@@ -8,7 +8,7 @@ import time
 from cachetools import TTLCache
 
 from handlers.base import ApiError, ApiHandler
-from models.passwords import hash_password, needs_update, verify_password
+from models.passwords import hash_password, needs_update, password_problem, verify_password
 from models.records import ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER_ENABLED
 from models.store import DuplicateKeyError, now
 from relay.billing import USER
@@ -44,8 +44,9 @@ def validate_new_user(body: dict, groups: dict) -> dict:
     group = str(body.get("group") or "default")
     if not _USERNAME.match(username) or "@" in username:
         raise ApiError(400, "The user name must be 2-64 letters, digits or _.- characters.")
-    if len(password) < 8:
-        raise ApiError(400, "The password must be at least 8 characters long.")
+    problem = password_problem(password, username, email)
+    if problem:
+        raise ApiError(400, problem)
     if email and not _EMAIL.match(email):
         raise ApiError(400, f"Not an e-mail address: {email!r}.")
     if group not in groups:
@@ -136,8 +137,10 @@ class SelfHandler(ApiHandler):
             if not verify_password(str(body.get("original_password") or ""),
                                    user.get("password_hash", "")):
                 raise ApiError(403, "The current password is wrong.")
-            if len(str(body["password"])) < 8:
-                raise ApiError(400, "The password must be at least 8 characters long.")
+            problem = password_problem(str(body["password"]), user.get("username", ""),
+                                       user.get("email", ""))
+            if problem:
+                raise ApiError(400, problem)
             update["password_hash"] = hash_password(str(body["password"]))
         if not update:
             raise ApiError(400, "Nothing to change.")
@@ -251,8 +254,9 @@ class UsersHandler(ApiHandler):
                 raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
             update["status"] = body["status"]
         if body.get("password"):
-            if len(str(body["password"])) < 8:
-                raise ApiError(400, "The password must be at least 8 characters long.")
+            problem = password_problem(str(body["password"]))
+            if problem:
+                raise ApiError(400, problem)
             update["password_hash"] = hash_password(str(body["password"]))
         if not update and "quota" not in body:
             raise ApiError(400, "Nothing to change.")

@@ -23,3 +23,14 @@ def verify_password(password: str, hashed: str) -> bool:
 
 def needs_update(hashed: str) -> bool:
     return _ctx.needs_update(hashed)
+
+
+def password_problem(password: str, username: str = "", email: str = "") -> str | None:
+    """Why `password` may not be used as a new password, or None if it may.
+
+    The one rule every place that sets a password asks (registration, the
+    user's own change, an administrator's reset).
+    """
+    if len(password) < 8:
+        return "The password must be at least 8 characters long."
+    return None
