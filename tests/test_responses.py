@@ -10,6 +10,7 @@ import openai
 import pytest
 import requests
 
+from tests.helpers import Api
 from tests.vendor_env import Env, expected_units
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather for a city",
@@ -309,3 +310,24 @@ def test_hosted_tool_on_bridge_is_named(env):
     # On a channel that speaks Responses the same request is the upstream's to run.
     assert post(env, tok, {"model": "resp-model", "input": "x",
                            "tools": [{"type": "web_search"}]}).status_code == 200
+
+
+def test_stored_responses_go_with_their_key_and_owner(env, relay, admin):
+    from pymongo import MongoClient
+    db = MongoClient(relay.mongo_url)[relay.db_name]
+    tok, tok2 = env.token(), env.token()
+    for t in (tok, tok2):
+        client(env, t).responses.create(model="anthropic-model", input="Keep.")
+        client(env, t).responses.create(model="resp-model", input="Keep.")
+    assert db.responses.count_documents({"token_id": tok["id"]}) == 2
+    env.user_api.delete(f"/api/token/{tok['id']}")
+    assert db.responses.count_documents({"token_id": tok["id"]}) == 0
+    assert db.responses.count_documents({"token_id": tok2["id"]}) == 2
+    owner = admin.create_user("gone" + tok2["key"][-6:].lower(), quota=10 ** 9)
+    api = Api.login(relay.url, owner["username"], "password123")
+    t3 = api.create_token(name="k", remain_quota=10 ** 8)
+    client(env, t3).responses.create(model="anthropic-model", input="Keep.")
+    assert db.responses.count_documents({"user_id": owner["id"]}) == 1
+    admin.delete(f"/api/user/{owner['id']}")
+    assert db.responses.count_documents({"user_id": owner["id"]}) == 0
+    assert db.responses.count_documents({"token_id": tok2["id"]}) == 2
