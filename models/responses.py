@@ -11,7 +11,8 @@ Every record carries `expires_at` (retention, settings.responses_retention_days)
 and is deleted with its key or its owner.  Query shapes used here (pinned by
 tests/test_responses_store.py against the embedded server): an upsert by
 string _id with $set; find_one and delete_one by string _id plus an integer
-token_id; delete_many by an integer user_id or token_id, or by
+token_id; find by an integer token_id and $in on an unindexed array
+(item_ids); delete_many by an integer user_id or token_id, or by
 expires_at < now.  No dotted projections, no integer _id.
 """
 from __future__ import annotations
@@ -112,6 +113,19 @@ class ResponseStore:
         if r.deleted_count:
             log.info("pruned %d stored responses past retention", r.deleted_count)
         return r.deleted_count
+
+    async def items(self, ids: list[str], token_id: int) -> dict[str, dict]:
+        """Input or output items of the key's local records by item id (what
+        an `item_reference` names); ids not found are left out."""
+        found: dict[str, dict] = {}
+        async for doc in self.coll.find({"token_id": token_id, "item_ids": {"$in": list(ids)}}):
+            if doc.get("expires_at") and doc["expires_at"] < time.time():
+                continue
+            for item in (doc.get("input") or []) + ((doc.get("response") or {}).get("output")
+                                                    or []):
+                if isinstance(item, dict) and item.get("id") in ids:
+                    found[item["id"]] = item
+        return found
 
     async def chain(self, doc: dict, token_id: int, limit: int = 1000) -> list[dict]:
         """The key's local records a conversation runs through, oldest first,

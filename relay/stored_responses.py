@@ -39,6 +39,7 @@ class StoredResponses:
         """Resolve previous_response_id: a response kept here becomes the
         history in front of the call's input; one kept upstream pins the
         call to the channel that holds it."""
+        await self._resolve_references(call, auth)
         prev = call.native_body.get("previous_response_id")
         if prev is None:
             return
@@ -60,6 +61,22 @@ class StoredResponses:
         doc = {k: v for k, v in call.native_body.items() if k != "previous_response_id"}
         call.extra["upstream_doc"] = dict(doc, input=history + items_of(call.native_body))
 
+    async def _resolve_references(self, call: Call, auth) -> None:
+        """`item_reference` items naming items kept here (the Vercel AI SDK
+        sends them for the previous step's output) become those items."""
+        refs = [i.get("id") for i in items_of(call.native_body)
+                if isinstance(i, dict) and i.get("type") == "item_reference"]
+        if not refs:
+            return
+        found = await self.records.items([r for r in refs if isinstance(r, str)], auth.token.id)
+        if not found:
+            return
+        resolved = [found.get(i.get("id"), i) if i.get("type") == "item_reference" else i
+                    for i in items_of(call.native_body)]
+        call.native_body = dict(call.native_body, input=resolved)
+        call.raw = b""  # the body changed: re-encoded for a Responses channel
+        continue_from(call, [])
+
     async def remember(self, call: Call, out, auth) -> None:
         """After the call: keep a bridged response, or note which channel
         holds a passed-through one (unless the client said store: false)."""
@@ -72,9 +89,11 @@ class StoredResponses:
         resp = call.extra.get("response")
         if resp is not None:
             items = [_stored_item(i) for i in items_of(call.native_body)]
+            ids = [i["id"] for i in items] + [o.get("id") for o in resp.get("output") or ()]
             await self.records.save(resp["id"], LOCAL, *owner, model=call.model,
                                     previous_response_id=call.native_body.get(
-                                        "previous_response_id"), input=items, response=resp)
+                                        "previous_response_id"), input=items, response=resp,
+                                    item_ids=[i for i in ids if i])
             return
         rid = call.extra.get("upstream_response_id") or (
             call.extra.get("native_answer") or {}).get("id")

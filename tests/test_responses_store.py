@@ -55,6 +55,12 @@ def test_chain_and_no_retention(mongo_url):
         chain = await forever.chain(await forever.get("r3", 1), 1)
         assert [d["_id"] for d in chain] == ["r1", "r2", "r3"]
         assert [d["_id"] for d in await forever.chain(await forever.get("r4", 2), 2)] == ["r4"]
+        await forever.save("r5", LOCAL, 1, 1, input=[{"id": "msg_1", "type": "message"}],
+                           response={"output": [{"id": "fc_1", "type": "function_call"}]},
+                           item_ids=["msg_1", "fc_1"])
+        await forever.save("r6", LOCAL, 2, 2, input=[{"id": "msg_2"}], item_ids=["msg_2"])
+        got = await forever.items(["fc_1", "msg_2", "nope"], 1)
+        assert got == {"fc_1": {"id": "fc_1", "type": "function_call"}}
     run(mongo_url, fn)
 
 
