@@ -5,6 +5,7 @@ channels; stored responses and previous_response_id; billing to the unit."""
 from __future__ import annotations
 
 import json
+import time
 
 import openai
 import pytest
@@ -331,3 +332,42 @@ def test_stored_responses_go_with_their_key_and_owner(env, relay, admin):
     admin.delete(f"/api/user/{owner['id']}")
     assert db.responses.count_documents({"user_id": owner["id"]}) == 0
     assert db.responses.count_documents({"token_id": tok2["id"]}) == 2
+
+
+@pytest.mark.parametrize("kind,model", [("openai", "resp-slow"), ("anthropic", "claude-slow-r")])
+def test_client_gone_mid_stream_is_billed_for_what_streamed(env, kind, model):
+    """Passed through or bridged: the part that streamed is billed, estimated."""
+    env.channel(kind, model, mode="slow")
+    tok = env.token()
+    r = post(env, tok, {"model": model, "input": "hi", "stream": True}, stream=True)
+    seen = []
+    for line in r.iter_lines():
+        if line.startswith(b"event: "):
+            seen.append(line[7:].decode())
+        if "response.output_text.delta" in seen:
+            break
+    r.close()  # the client goes away before response.completed
+    rec = env.logs(tok["id"])[-1]
+    assert rec["status"] == 499 and rec["estimated"] is True, rec
+    assert rec["completion_tokens"] >= 1 and rec["prompt_tokens"] > 0
+    assert rec["quota"] == expected_units(rec["prompt_tokens"], rec["completion_tokens"],
+                                          rec["cached_tokens"])
+    deadline = time.monotonic() + 10
+    while not env.fakes[kind].requests[-1].get("aborted"):
+        assert time.monotonic() < deadline, "the upstream call was not cancelled"
+        time.sleep(0.1)
+    assert env.used(tok["id"]) == rec["quota"]
+
+
+def test_azure_channel_passes_responses_through(env):
+    tok = env.token()
+    oc = client(env, tok)
+    r = oc.responses.create(model="azure-model", input="Hi")
+    assert r.output_text == "Hello from the fake Responses upstream." and r.model == "azure-model"
+    sent = env.azure.requests[-1]
+    assert sent["path"] == "/openai/responses" and "api-version=2025-04-01-preview" in sent["query"]
+    assert sent["headers"]["Api-Key"] == "upstream-key"
+    assert sent["body"]["model"] == "azure-upstream-model"  # the deployment
+    assert oc.responses.retrieve(r.id).model == "azure-model"
+    assert env.azure.requests[-1]["method"] == "GET"
+    check(env, tok, (30, 6, 10))

@@ -16,7 +16,7 @@ from relay import sse
 from relay.adaptors import openai_responses as wire
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest, generic_error,
                                  join_url)
-from relay.convert import responses as rconv
+from relay.convert import responses_upstream as rconv
 from relay.errors import RelayError
 from relay.pricing import Usage
 

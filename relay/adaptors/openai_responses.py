@@ -17,6 +17,7 @@ import json
 
 from relay.adaptors.base import Call, Chunk, StreamReader
 from relay.convert import responses as conv
+from relay.convert import responses_upstream as upstream
 from relay import sse
 from relay.convert.common import RawEvents, unreadable_is_value_error
 from relay.convert.responses_stream import LIFECYCLE, EventsToChunks
@@ -126,7 +127,7 @@ def parse_for_chat(call: Call, body: bytes) -> tuple[dict, Usage | None]:
     doc = json.loads(body)
     if not isinstance(doc, dict):
         raise ValueError("the answer is not a JSON object")
-    return conv.response_to_chat(doc, call.model), conv.usage_from(doc.get("usage"))
+    return upstream.response_to_chat(doc, call.model), conv.usage_from(doc.get("usage"))
 
 
 def rename_model(raw: bytes, data: dict, model: str) -> bytes:

@@ -14,9 +14,10 @@ chunks for chat, Anthropic and Gemini clients.
 from __future__ import annotations
 
 from relay.convert.common import chunk, error_chunk, new_id, usage_chunk
-from relay.convert.responses import (call_item, chat_finish, chat_usage_from_doc, finish_status,
-                                     message_item, output_text, reasoning_item, usage_doc,
-                                     usage_doc_from_chat, usage_from)
+from relay.convert.responses import (call_item, chat_usage_from_doc, finish_status, message_item,
+                                     output_text, reasoning_item, usage_doc, usage_doc_from_chat,
+                                     usage_from)
+from relay.convert.responses_upstream import chat_finish
 
 LIFECYCLE = ("response.created", "response.in_progress", "response.queued",
              "response.completed", "response.incomplete", "response.failed")
