@@ -21,12 +21,14 @@ from tornado.httpserver import HTTPServer
 import settings as settings_mod
 from models.secrets import Vault, load_or_create_secret
 from models.seed import seed
+from models.responses import ResponseStore
 from models.store import Store
 from notify.bus import Bus
 from relay.billing import Billing
 from relay.catalog import Catalog
 from relay.scheduler import Scheduler
 from relay.service import RelayService
+from relay.stored_responses import StoredResponses
 from relay.upstream import Upstream
 from relay.usage import UsageLog
 
@@ -37,6 +39,7 @@ log = logging.getLogger("relay")
 # before the generic OpenAI ones, the console's catch-alls last.
 HANDLER_MODULES = [
     "handlers.relay_openai",
+    "handlers.relay_responses",
     "handlers.relay_vendors",
     "handlers.relay_media",
     "handlers.relay_mj",
@@ -99,12 +102,15 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
                         idle_timeout=config.stream_idle_timeout,
                         max_clients=config.max_upstream_clients)
     service = RelayService(config, catalog, billing, usage_log, scheduler, upstream)
+    responses = StoredResponses(ResponseStore(store, config.responses_retention_days), catalog,
+                                upstream)
     from handlers.fallback import NotFoundHandler
     app = RelayApplication(
         _handlers(), default_handler_class=NotFoundHandler,
         cookie_secret=vault.cookie_secret, xsrf_cookies=False,
         config=config, store=store, bus=bus, vault=vault, catalog=catalog, billing=billing,
         usage_log=usage_log, scheduler=scheduler, upstream=upstream, service=service,
+        responses=responses,
         started_at=time.time(), on_start=[], on_stop=[])
     for name in INSTALLERS:
         importlib.import_module(name).install(app)

@@ -52,6 +52,10 @@ class Settings:
     # Cross-process cache invalidation poll interval (seconds).
     invalidation_poll: float = 0.5
     usage_retention_days: int = 0
+    # Days a response made with `store` (the default) is kept for
+    # previous_response_id and GET /v1/responses/{id}, as OpenAI keeps them;
+    # 0 keeps them until their key or owner is deleted.
+    responses_retention_days: float = 30
     secure_cookies: bool = False
     # Notifications reach webhooks, bots and push services by their users'
     # URLs; private and loopback addresses are refused unless this is on.

@@ -279,7 +279,7 @@ class ChannelTestHandler(ApiHandler):
                     body={"model": model, "max_tokens": 1,
                           "messages": [{"role": "user", "content": "ping"}]},
                     upstream_model=chan.upstream_model(model))
-        req = adaptor.request(call, chan)
+        req = adaptor.prepare(call, chan)
         t0 = time.monotonic()
         resp = await self.ctx["upstream"].send(req.method, req.url, req.headers, req.body,
                                                first_byte_timeout=30)

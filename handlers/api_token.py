@@ -165,6 +165,7 @@ class TokenHandler(TokensHandler):
         doc = await self.owned(ident)
         await self.store.db.tokens.delete_one({"_id": doc["_id"]})
         await self.ctx["catalog"].changed("token", doc["key_hash"])
+        await self.ctx["responses"].records.delete_for_token(doc["_id"])
         self.ok(None, "Key deleted.")
 
 

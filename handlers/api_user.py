@@ -296,6 +296,8 @@ class UserHandler(UsersHandler):
         await self.store.db.users.update_one({"_id": target["_id"]},
                                              {"$set": {"status": USER_DISABLED}})
         await self.ctx["catalog"].changed("user", target["_id"])
+        # Their conversations go with them (stored responses hold prompts).
+        await self.ctx["responses"].records.delete_for_user(target["_id"])
         self.ok(None, "User disabled.")
 
 

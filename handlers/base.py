@@ -249,10 +249,14 @@ class RelayHandler(Base):
         return await self.ctx["service"].authenticate(self.api_key(), self.client_ip(),
                                                       self.request.host)
 
-    async def run_relay(self, auth, call, face) -> None:
+    async def run_relay(self, auth, call, face, after=None) -> None:
         """Relay one call through the service and write its answer in the
-        face's format (streams were written as they came)."""
+        face's format (streams were written as they came).  `after(out)`,
+        if given, runs once the call is settled, before the answer is
+        finished."""
         out = await self.ctx["service"].relay(call, auth, self, face, self.cancel)
+        if after is not None:
+            await after(out)
         if out.error is not None:
             return self.send_error_body(out.error)
         if call.stream:

@@ -4,7 +4,7 @@
 2. check group, IP allow-list, model lock     -> authenticate(), check_model()
 3. pick channels for (group, model)           -> scheduler.candidates()
 4. reserve the cost                           -> billing.reserve()
-5. convert the request for the vendor         -> adaptor.request()
+5. convert the request for the vendor         -> adaptor.prepare()
 6. relay the upstream reply                   -> _attempt_stream() / _attempt_plain()
 7. settle from real usage                     -> billing.settle()
 8. record a usage log                         -> usage_log.add()
@@ -22,7 +22,7 @@ from typing import Protocol
 
 from models.records import TOKEN_DISABLED, TOKEN_EXHAUSTED, TOKEN_EXPIRED, USER_ENABLED, Token, User
 from relay import pricing, registry, tokenizer
-from relay.adaptors.base import Call, retryable
+from relay.adaptors.base import Call, retryable, serves
 from relay.billing import QuotaExhausted
 from relay.errors import RelayError, forbidden, unauthorized
 from relay.upstream import Cancel
@@ -33,6 +33,8 @@ SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Contro
                "X-Accel-Buffering": "no"}
 # A slow reader may hold this much of ours before we stop reading upstream.
 MAX_PENDING = 1024 * 1024
+# Endpoints whose canonical body is a chat request (the Responses face converts).
+CHAT_LIKE = ("chat", "responses", "responses_compact")
 
 
 class Sink(Protocol):
@@ -131,10 +133,10 @@ class RelayService:
 
     def channels_for(self, auth: Auth, call: Call) -> list:
         chans = [c for c in self.scheduler.candidates(auth.group, call.model)
-                 if (a := registry.adaptor_for(c.type)) is not None and call.endpoint in a.endpoints]
+                 if (a := registry.adaptor_for(c.type)) is not None and serves(a, call.endpoint)]
         if call.extra.get("channel_id") is not None:
-            # A follow-up to an asynchronous task (Midjourney) must go to the
-            # channel that holds the task.
+            # A follow-up to an asynchronous task (Midjourney) or to a response
+            # stored upstream must go to the channel that holds it.
             chans = [c for c in chans if c.id == call.extra["channel_id"]]
         if chans:
             return chans
@@ -157,7 +159,7 @@ class RelayService:
     def prompt_tokens(self, call: Call) -> int:
         if "prompt_tokens" not in call.extra:
             b = call.body
-            if call.endpoint == "chat":
+            if call.endpoint in CHAT_LIKE:
                 n = tokenizer.count_messages(b.get("messages") or [], call.model, b.get("tools"))
             elif call.endpoint == "embeddings":
                 inp = b.get("input")
@@ -172,7 +174,7 @@ class RelayService:
     def estimate(self, auth: Auth, call: Call, price) -> int:
         per_call = auth.token.billing_mode == "per_call"
         units = int(call.extra.get("units", 1))
-        if call.endpoint == "chat":
+        if call.endpoint in CHAT_LIKE:
             b = call.body
             out = b.get("max_completion_tokens") or b.get("max_tokens") or self.settings.default_max_tokens
             try:
@@ -239,7 +241,7 @@ class RelayService:
         return last
 
     async def _attempt_plain(self, call, channel, adaptor, cancel) -> Outcome:
-        req = adaptor.request(call, channel)
+        req = adaptor.prepare(call, channel)
         resp = await self.upstream.send(req.method, req.url, req.headers, req.body,
                                         cancel=cancel, body_producer=req.body_producer)
         out = Outcome(status=resp.status, ttfb=resp.first_byte_at)
@@ -261,12 +263,12 @@ class RelayService:
             return out
         out.body = doc
         out.headers = {"Content-Type": resp.headers.get("Content-Type", "application/json")}
-        if adaptor.native == call.face and call.upstream_model == call.model:
+        if call.extra["wire"] == call.face and call.upstream_model == call.model:
             out.raw = resp.body  # pass-through; a mapped model is renamed on render
         return out
 
     async def _attempt_stream(self, call, channel, adaptor, sink, face, cancel) -> Outcome:
-        req = adaptor.request(call, channel)
+        req = adaptor.prepare(call, channel)
         reader = adaptor.stream(call)
         writer = face.StreamWriter(call)
         out = Outcome()
@@ -356,7 +358,7 @@ class RelayService:
         })
 
     def _completion_estimate(self, out: Outcome, call: Call) -> int:
-        if out.body and call.endpoint == "chat":
+        if out.body and call.endpoint in CHAT_LIKE:
             try:
                 return tokenizer.count_text(
                     "".join((c.get("message") or {}).get("content") or ""

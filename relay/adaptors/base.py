@@ -9,8 +9,10 @@ adaptor is asked to pass bytes through: it still reads them, but only to
 find the usage.
 
 Lifecycle of one call, all methods called on the IOLoop, none may block:
-1. `request(call, channel)` once per attempt (a retry on another channel
-   calls it again) -> UpstreamRequest.
+1. `prepare(call, channel)` once per attempt (a retry on another channel
+   calls it again): notes in call.extra["wire"] the format this attempt
+   speaks upstream (`wire()`), refuses what a bridged call would lose, and
+   returns `request(call, channel)` -> UpstreamRequest.
 2. Streaming: `stream(call)` once per attempt -> a StreamReader fed with the
    raw bytes as they arrive.
    Non-streaming: `parse(call, body)` once with the whole body.
@@ -22,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.errors import RelayError
+from relay.errors import RelayError, bad_request
 from relay.pricing import Usage
 
 
@@ -89,6 +91,17 @@ class Adaptor:
     native = "openai"  # the wire format this upstream speaks
     endpoints: frozenset = frozenset()
 
+    def wire(self, call: Call, channel) -> str:
+        """The wire format this attempt speaks upstream.  A call whose face
+        equals it passes through; any other is converted."""
+        return self.native
+
+    def prepare(self, call: Call, channel) -> UpstreamRequest:
+        call.extra["wire"] = self.wire(call, channel)
+        if call.face == "responses" and call.extra["wire"] != "responses":
+            refuse_unbridgeable(call, channel)
+        return self.request(call, channel)
+
     def request(self, call: Call, channel) -> UpstreamRequest:
         raise NotImplementedError
 
@@ -101,6 +114,34 @@ class Adaptor:
 
     def error(self, status: int, body: bytes) -> RelayError:
         return generic_error(status, body)
+
+
+def serves(adaptor: Adaptor, endpoint: str) -> bool:
+    """Every adaptor that serves chat serves the Responses API too: the
+    Responses face converts to chat for those that do not speak it."""
+    if endpoint in adaptor.endpoints:
+        return True
+    return endpoint in ("responses", "responses_compact") and "chat" in adaptor.endpoints
+
+
+def refuse_unbridgeable(call: Call, channel) -> None:
+    """A Responses call bridged to a chat channel: a 400 naming what the
+    channel cannot carry (hosted tools, OpenAI-only items), unless the
+    channel option `drop_hosted_tools` says to drop hosted tools silently."""
+    bridge = call.extra.get("bridge")
+    problems = list(getattr(bridge, "problems", None) or ())
+    if (channel.options or {}).get("drop_hosted_tools"):
+        problems = [p for p in problems if not p.startswith(("hosted tool", "tool_choice"))]
+    if not problems:
+        return
+    tools = any(p.startswith(("hosted tool", "tool ", "tool_choice")) for p in problems)
+    hint = (" (Codex CLI: set web_search = \"disabled\" in config.toml.)"
+            if any("web_search" in p for p in problems) else "")
+    raise bad_request(f"The model '{call.model}' is served here by a channel that speaks chat "
+                      f"completions, not the Responses API, and it cannot run: "
+                      f"{', '.join(problems)}. Remove {'them' if len(problems) > 1 else 'it'} "
+                      f"from the request.{hint}", "unsupported_tool" if tools else
+                      "unsupported_input_item", "tools" if tools else "input")
 
 
 def join_url(base: str, path: str, version: str = "/v1") -> str:

@@ -1,5 +1,6 @@
-"""OpenAI-format upstreams (type "openai"): chat, embeddings, and the
-OpenAI-shaped media endpoints.
+"""OpenAI-format upstreams (type "openai"): chat, embeddings, the
+OpenAI-shaped media endpoints and the Responses API (the Responses wire is
+in relay/adaptors/openai_responses.py).
 
 Requests pass through with every field the client sent; the adaptor only
 maps the model name, asks for streaming usage, and smooths over reasoning
@@ -12,14 +13,18 @@ import math
 import re
 
 from relay import sse
+from relay.adaptors import openai_responses as wire
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest, generic_error,
                                  join_url)
+from relay.convert import responses_upstream as rconv
 from relay.errors import RelayError
 from relay.pricing import Usage
 
 _PATHS = {"chat": "/chat/completions", "embeddings": "/embeddings",
           "images": "/images/generations", "transcriptions": "/audio/transcriptions",
-          "speech": "/audio/speech"}
+          "speech": "/audio/speech", "responses": "/responses",
+          "responses_compact": "/responses/compact"}
+RESPONSES = ("responses", "responses_compact")
 
 # o1, o3, o4-mini, gpt-5...: want max_completion_tokens, reject temperature.
 REASONING = re.compile(r"^(o\d|gpt-5)")
@@ -179,9 +184,25 @@ class OpenAIAdaptor(Adaptor):
     type = "openai"
     native = "openai"
     endpoints = frozenset(_PATHS)
+    default_wire = "both"
 
-    def url(self, channel, call: Call) -> str:
-        return join_url(channel.base_url, _PATHS[call.endpoint])
+    def url(self, channel, call: Call, endpoint: str | None = None) -> str:
+        return join_url(channel.base_url, _PATHS[endpoint or call.endpoint])
+
+    def responses_url(self, channel, path: str) -> str:
+        """A Responses route (e.g. "/responses/{id}/cancel") on this channel."""
+        return join_url(channel.base_url, path)
+
+    def speaks_responses(self, channel) -> bool:
+        return wire.wire_api(channel, self.default_wire) != "chat"
+
+    def wire(self, call: Call, channel) -> str:
+        """What this attempt sends upstream: "responses" or "openai" (chat)."""
+        if call.endpoint in RESPONSES:
+            return "responses" if self.speaks_responses(channel) else "openai"
+        if call.endpoint == "chat" and wire.wire_api(channel, self.default_wire) == "responses":
+            return "responses"
+        return "openai"
 
     def headers(self, channel) -> dict:
         return {"Authorization": f"Bearer {channel.key}"}
@@ -195,24 +216,45 @@ class OpenAIAdaptor(Adaptor):
             headers["Content-Type"] = upload.content_type
             return UpstreamRequest("POST", self.url(channel, call), headers,
                                    body_producer=upload.producer(call.upstream_model))
+        headers["Content-Type"] = "application/json"
+        if call.extra.setdefault("wire", self.wire(call, channel)) == "responses":
+            return self._responses_request(call, channel, headers)
         body = dict(call.body)
-        if call.endpoint == "chat":
+        if call.endpoint in ("chat", *RESPONSES):  # a Responses call bridged to chat
             body = prepare_chat_body(body, call.upstream_model, channel.options)
+            endpoint = "chat"
         else:
             body["model"] = call.upstream_model
-        headers["Content-Type"] = "application/json"
-        return UpstreamRequest("POST", self.url(channel, call), headers,
+            endpoint = call.endpoint
+        return UpstreamRequest("POST", self.url(channel, call, endpoint), headers,
                                json.dumps(body, ensure_ascii=False).encode())
+
+    def _responses_request(self, call: Call, channel, headers: dict) -> UpstreamRequest:
+        if call.face == "responses":  # pass-through
+            for name, value in (call.extra.get("client_headers") or {}).items():
+                headers[name] = value
+            data = wire.upstream_body(call)
+        else:
+            data = json.dumps(rconv.request_from_chat(call.body, call.upstream_model),
+                              ensure_ascii=False).encode()
+        path = "/responses/compact" if call.endpoint == "responses_compact" else "/responses"
+        return UpstreamRequest("POST", self.responses_url(channel, path), headers, data)
 
     def stream(self, call: Call) -> StreamReader:
         if call.endpoint == "speech":
             return BinaryStream(call)
+        if call.extra.get("wire") == "responses":
+            return wire.ResponsesStream(call, passthrough=call.face == "responses")
         raw = call.face == "openai"
         return OpenAIStream(keep_raw=raw, lazy=raw and call.upstream_model == call.model)
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
         if call.endpoint == "transcriptions":
             return transcript_usage(call, body)
+        if call.extra.get("wire") == "responses":
+            if call.face == "responses":
+                return wire.parse_passthrough(call, body)
+            return wire.parse_for_chat(call, body)
         doc = json.loads(body)
         return doc, usage_from(doc.get("usage")) if isinstance(doc, dict) else None
 

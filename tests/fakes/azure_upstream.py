@@ -4,6 +4,9 @@ behind Azure's addressing.
     POST /openai/deployments/{deployment}/chat/completions?api-version=...
     POST /openai/deployments/{deployment}/embeddings?api-version=...
     POST /openai/v1/chat/completions            (the newer v1 routes)
+    POST /openai/responses?api-version=...      the Responses API (no deployment
+    POST /openai/v1/responses                   route: the deployment is the body's
+    GET|DELETE /openai[/v1]/responses/{id}      model), answered by the OpenAI fake
 
 The key must come in the `api-key` header (401 otherwise, Azure's body);
 a missing api-version is Azure's 404 "Resource not found".  The answer's
@@ -45,6 +48,22 @@ class AzureEmbeddings(_AzureMixin, oa.EmbeddingsHandler):
         super().post(mode)
 
 
+class _AzureResponses(_AzureMixin):
+    async def prepare(self):
+        await super().prepare()
+        if not self._finished and "/openai/v1/" not in self.request.path and \
+                not self.get_query_argument("api-version", ""):
+            return _azure_err(self, 404, "404", "Resource not found")
+
+
+class AzureResponses(_AzureResponses, oa.ResponsesHandler):
+    pass
+
+
+class AzureResponse(_AzureResponses, oa.ResponseHandler):
+    pass
+
+
 class FakeAzure(oa.FakeOpenAI):
     def routes(self):
         kw = {"fake": self}
@@ -53,4 +72,6 @@ class FakeAzure(oa.FakeOpenAI):
         return [(d + r"/chat/completions", AzureChat, kw),
                 (d + r"/embeddings", AzureEmbeddings, kw),
                 (p + r"/v1/chat/completions", AzureChat, kw),
-                (p + r"/v1/embeddings", AzureEmbeddings, kw)]
+                (p + r"/v1/embeddings", AzureEmbeddings, kw),
+                (p + r"/(?:v1/)?responses", AzureResponses, kw),
+                (p + r"/(?:v1/)?responses/(?P<rid>[^/]+)", AzureResponse, kw)]

@@ -11,6 +11,10 @@ channels that behave differently: a channel whose base_url is
     reset    start a stream, send two chunks, then reset the connection
     hang     accept and never answer
     flaky    fail with 500 every other request
+    chatonly       no /v1/responses (404), like a chat-only compatible server
+    responsesonly  no /v1/chat/completions (404)
+
+/v1/responses and its sub-routes are tests/fakes/openai_responses.py.
 
 The request body may steer the answer (the relay passes unknown fields on):
     fake_usage   {"prompt_tokens", "completion_tokens", "cached_tokens"}
@@ -35,6 +39,8 @@ from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 
+from tests.fakes import agent_script
+from tests.fakes import openai_responses as responses
 from tests.fakes.server import ThreadedServer
 
 DEFAULT_TEXT = "Hello from the fake upstream."
@@ -79,6 +85,8 @@ class _Base(tornado.web.RequestHandler):
 
 class ChatHandler(_Base):
     async def post(self, mode=None):
+        if self.mode == "responsesonly":
+            return _err(self, 404, "Invalid URL (POST /v1/chat/completions)")
         b = self.body
         model = b.get("model", "")
         msgs = b.get("messages") or []
@@ -105,6 +113,12 @@ class ChatHandler(_Base):
             fn = b["tools"][0].get("function", {})
             tool_call = {"id": "call_fake1", "type": "function",
                          "function": {"name": fn.get("name", "f"), "arguments": '{"city": "Paris"}'}}
+        if agent_script.offers_shell(b):  # a coding agent: the scripted shell round trip
+            call, result = agent_script.chat_plan(b), agent_script.chat_result(b)
+            tool_call = call and {"id": "call_script1", "type": "function", "function": {
+                "name": call[0], "arguments": json.dumps(call[1])}}
+            if result is not None:
+                text = agent_script.answer(result)
         if not b.get("stream"):
             message = {"role": "assistant", "content": None if tool_call else text}
             if tool_call:
@@ -182,6 +196,62 @@ class EmbeddingsHandler(_Base):
         self.finish({"object": "list", "data": data, "model": b.get("model"), "usage": usage})
 
 
+class _ResponsesBase(_Base):
+    async def prepare(self):
+        await super().prepare()
+        if not self._finished and self.mode == "chatonly":
+            _err(self, 404, f"Invalid URL ({self.request.method} {self.request.path})")
+
+
+class ResponsesHandler(_ResponsesBase):
+    async def post(self, mode=None):
+        await responses.create(self, self.body, self.fake, self.mode)
+
+
+class ResponseHandler(_ResponsesBase):
+    def get(self, mode=None, rid=None):
+        got = responses.stored_or_404(self, self.fake, rid)
+        if got is not None:
+            self.finish(got["response"])
+
+    def delete(self, mode=None, rid=None):
+        if responses.stored_or_404(self, self.fake, rid) is not None:
+            del self.fake.stored[rid]
+            self.finish({"id": rid, "object": "response.deleted", "deleted": True})
+
+
+class ResponseCancelHandler(_ResponsesBase):
+    def post(self, mode=None, rid=None):
+        got = responses.stored_or_404(self, self.fake, rid)
+        if got is None:
+            return
+        if not got["response"]["background"]:
+            return _err(self, 400, "Cannot cancel a synchronous response.")
+        got["response"] = dict(got["response"], status="cancelled")
+        self.finish(got["response"])
+
+
+class ResponseInputItemsHandler(_ResponsesBase):
+    def get(self, mode=None, rid=None):
+        got = responses.stored_or_404(self, self.fake, rid)
+        if got is not None:
+            items = [dict(i, id=i.get("id") or f"msg_in{n}")
+                     for n, i in enumerate(responses._items(got["request"]))]
+            self.finish({"object": "list", "data": items[::-1], "has_more": False,
+                         "first_id": items[-1]["id"] if items else None,
+                         "last_id": items[0]["id"] if items else None})
+
+
+class ResponsesCompactHandler(_ResponsesBase):
+    def post(self, mode=None):
+        responses.compact(self, self.body, self.fake)
+
+
+class ResponsesInputTokensHandler(_ResponsesBase):
+    def post(self, mode=None):
+        responses.input_tokens(self, self.body)
+
+
 class ModelsHandler(_Base):
     def get(self, mode=None):
         self.finish({"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
@@ -197,6 +267,7 @@ class FakeOpenAI(ThreadedServer):
         self.requests: list[dict] = []
         self.flaky_count = 0
         self.extra_handlers: list = []
+        self.stored: dict[str, dict] = {}  # Responses kept with store (see openai_responses.py)
 
 
     def mode_url(self, mode: str) -> str:
@@ -212,8 +283,15 @@ class FakeOpenAI(ThreadedServer):
 
     def routes(self):
         kw = {"fake": self}
-        p = r"(?:/mode/(?P<mode>[a-z0-9]+))?(?:/v1)?"
+        p = r"(?:/mode/(?P<mode>[a-z0-9_]+))?(?:/v1)?"
+        r = p + r"/responses"
         return [(p + r"/chat/completions", ChatHandler, kw),
+                (r, ResponsesHandler, kw),
+                (r + r"/compact", ResponsesCompactHandler, kw),
+                (r + r"/input_tokens", ResponsesInputTokensHandler, kw),
+                (r + r"/(?P<rid>[^/]+)/cancel", ResponseCancelHandler, kw),
+                (r + r"/(?P<rid>[^/]+)/input_items", ResponseInputItemsHandler, kw),
+                (r + r"/(?P<rid>[^/]+)", ResponseHandler, kw),
                 (p + r"/embeddings", EmbeddingsHandler, kw),
                 (p + r"/models", ModelsHandler, kw)] + [
                     (p + pat, h, kw) for pat, h in self.extra_handlers]

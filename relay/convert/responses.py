@@ -1,0 +1,422 @@
+"""OpenAI Responses <-> the canonical chat shape: requests, whole answers, usage.
+
+Used both ways: the Responses face bridges to channels that speak only
+chat (anthropic, gemini, chat-only OpenAI-compatible upstreams), and the
+OpenAI adaptor sends chat calls to channels that speak only Responses
+(relay/convert/responses_upstream.py).  The streamed events are converted
+in relay/convert/responses_stream.py.
+
+What a chat channel cannot carry is named, not guessed: `Bridge.problems`
+lists hosted tools and items a converted call would lose, and the adaptor
+turns them into a 400 only when it actually has to bridge (a channel that
+speaks Responses takes the client's body as it is).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from typing import Any
+
+from relay.convert.common import new_id, text_of
+from relay.errors import bad_request
+from relay.pricing import Usage
+
+# Input item types the Responses API documents (openai-python's
+# ResponseInputItemParam); anything else is the caller's 400.
+KNOWN_ITEMS = frozenset({
+    "message", "file_search_call", "computer_call", "computer_call_output", "web_search_call",
+    "function_call", "function_call_output", "tool_search_call", "tool_search_output",
+    "additional_tools", "configuration_update", "reasoning", "compaction", "image_generation_call",
+    "code_interpreter_call", "local_shell_call", "local_shell_call_output", "shell_call",
+    "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools",
+    "mcp_approval_request", "mcp_approval_response", "mcp_call", "custom_tool_call_output",
+    "custom_tool_call", "compaction_trigger", "item_reference", "program", "program_output"})
+# Tools a client may send; all but function and namespace run on OpenAI's side
+# (hosted) or need item types only OpenAI models emit.
+KNOWN_TOOLS = frozenset({
+    "function", "namespace", "custom", "file_search", "computer", "computer_use_preview",
+    "web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11",
+    "mcp", "code_interpreter", "programmatic_tool_calling", "image_generation", "local_shell",
+    "shell", "tool_search", "apply_patch"})
+BRIDGED_TOOLS = frozenset({"function", "namespace"})
+ROLES = ("user", "assistant", "system", "developer")
+_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+NS_SEP = "__"  # namespace tools are flattened to "<namespace>__<name>" for chat channels
+
+
+# ---- usage -----------------------------------------------------------------
+def usage_from(u: Any) -> Usage | None:
+    """The Responses usage object (response.completed, .incomplete, .failed,
+    a whole response, a compaction) -> ours.  One place, so that new fields
+    (reasoning tokens) are added here once."""
+    if not isinstance(u, dict):
+        return None
+    cached = int((u.get("input_tokens_details") or {}).get("cached_tokens") or 0)
+    reasoning = int((u.get("output_tokens_details") or {}).get("reasoning_tokens") or 0)
+    fields = {"prompt_tokens": int(u.get("input_tokens") or 0),
+              "completion_tokens": int(u.get("output_tokens") or 0), "cached_tokens": cached}
+    if "reasoning_tokens" in _USAGE_FIELDS:  # output_tokens already include them
+        fields["reasoning_tokens"] = reasoning
+    return Usage(**fields)
+
+
+_USAGE_FIELDS = {f.name for f in dataclasses.fields(Usage)}
+
+
+def usage_doc(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict:
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": prompt + completion}
+
+
+def usage_doc_from_chat(u: dict | None) -> dict | None:
+    if not isinstance(u, dict):
+        return None
+    return usage_doc(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
+                     int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
+                     int((u.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0))
+
+
+def chat_usage_from_doc(u: dict | None) -> dict | None:
+    if not isinstance(u, dict):
+        return None
+    got = usage_from(u)
+    return {"prompt_tokens": got.prompt_tokens, "completion_tokens": got.completion_tokens,
+            "total_tokens": got.prompt_tokens + got.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": got.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": int(
+                (u.get("output_tokens_details") or {}).get("reasoning_tokens") or 0)}}
+
+
+# ---- validation (every channel) --------------------------------------------
+def items_of(doc: dict) -> list:
+    inp = doc.get("input")
+    if inp is None:
+        return []
+    if isinstance(inp, str):
+        return [{"type": "message", "role": "user", "content": inp}]
+    return inp
+
+
+def validate(doc: dict) -> None:
+    """The frame checks OpenAI makes, so that a bad call fails the same way
+    on every channel type."""
+    inp = doc.get("input")
+    if inp is not None and not isinstance(inp, (str, list)):
+        raise bad_request("'input' must be a string or an array of input items.",
+                          "invalid_type", "input")
+    for i, item in enumerate(items_of(doc)):
+        if not isinstance(item, dict):
+            raise bad_request(f"Invalid type for 'input[{i}]': expected an object.",
+                              "invalid_type", f"input[{i}]")
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind not in KNOWN_ITEMS:
+            raise bad_request(f"Invalid value: {kind!r}. 'input[{i}].type' must be one of the "
+                              f"documented input item types, e.g. 'message', 'function_call', "
+                              f"'function_call_output', 'reasoning'.", "invalid_value",
+                              f"input[{i}].type")
+        if kind == "message" and item.get("role") not in ROLES:
+            raise bad_request(f"Invalid value: {item.get('role')!r}. 'input[{i}].role' must be "
+                              f"one of {', '.join(ROLES)}.", "invalid_value", f"input[{i}].role")
+        if kind == "function_call_output" and not isinstance(item.get("call_id"), str):
+            raise bad_request(f"Missing required parameter: 'input[{i}].call_id'.",
+                              "missing_required_parameter", f"input[{i}].call_id")
+    tools = doc.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise bad_request("'tools' must be an array.", "invalid_type", "tools")
+    for i, tool in enumerate(tools or ()):
+        _validate_tool(tool, f"tools[{i}]")
+    fmt = (doc.get("text") or {}).get("format") if isinstance(doc.get("text"), dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        if not isinstance(fmt.get("schema"), dict) or not isinstance(fmt.get("name"), str):
+            raise bad_request("'text.format' of type json_schema needs a 'name' and a 'schema' "
+                              "object.", "invalid_value", "text.format")
+    mot = doc.get("max_output_tokens")
+    if mot is not None and (not isinstance(mot, int) or isinstance(mot, bool) or mot < 1):
+        raise bad_request("'max_output_tokens' must be a positive integer.", "invalid_value",
+                          "max_output_tokens")
+
+
+def _validate_tool(tool: Any, where: str) -> None:
+    if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+        raise bad_request(f"Invalid tool '{where}': expected an object with a 'type'.",
+                          "invalid_type", where)
+    kind = tool["type"]
+    if kind not in KNOWN_TOOLS:
+        raise bad_request(f"Invalid value: {kind!r}. '{where}.type' is not a known tool type.",
+                          "invalid_value", f"{where}.type")
+    if kind == "namespace":
+        if not isinstance(tool.get("tools"), list):
+            raise bad_request(f"'{where}.tools' must be an array.", "invalid_type", where)
+        for j, inner in enumerate(tool["tools"]):
+            _validate_tool(inner, f"{where}.tools[{j}]")
+    if kind not in ("function", "custom", "namespace"):
+        return
+    name = tool.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise bad_request(f"Invalid '{where}.name': {name!r}. A tool name is 1 to 128 letters, "
+                          "digits, '_', '-', '.' or ':'.", "invalid_value", f"{where}.name")
+    params = tool.get("parameters")
+    if kind == "function" and params is not None and (
+            not isinstance(params, dict) or params.get("type", "object") != "object"):
+        raise bad_request(f"Invalid schema for function '{name}': the parameters must be a "
+                          "JSON Schema of type 'object'.", "invalid_function_parameters",
+                          f"{where}.parameters")
+
+
+# ---- requests: Responses -> canonical chat ---------------------------------
+@dataclasses.dataclass
+class Bridge:
+    """A Responses request converted for a chat channel, and what it lost."""
+    body: dict
+    problems: list  # human-readable names of what a chat channel cannot carry
+    names: dict     # flattened tool name -> (namespace, name) for namespaced tools
+
+
+def _content_parts(content: Any, problems: list) -> Any:
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for p in content:
+        if not isinstance(p, dict):
+            continue
+        kind = p.get("type")
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+            parts.append({"type": "text", "text": str(p.get("text", ""))})
+        elif kind == "refusal":
+            parts.append({"type": "text", "text": str(p.get("refusal", ""))})
+        elif kind == "input_image":
+            url = p.get("image_url")
+            if not url:
+                problems.append("input_image by file_id")
+                continue
+            image = {"url": url}
+            if p.get("detail") in ("low", "high", "auto"):
+                image["detail"] = p["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file":
+            if p.get("file_data"):
+                parts.append({"type": "file", "file": {"file_data": p["file_data"],
+                                                       "filename": p.get("filename") or "file"}})
+            else:
+                problems.append("input_file by file_id or file_url")
+        else:
+            problems.append(f"content part '{kind}'")
+    if parts and all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def _tool_output(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return "".join(str(p.get("text", "")) for p in output
+                       if isinstance(p, dict) and p.get("type") in ("input_text", "output_text"))
+    return json.dumps(output, ensure_ascii=False)
+
+
+def _messages(items: list, problems: list) -> list[dict]:
+    out: list[dict] = []
+
+    def assistant() -> dict:
+        # Consecutive assistant text and function calls are one chat turn.
+        if out and out[-1]["role"] == "assistant":
+            return out[-1]
+        msg = {"role": "assistant", "content": None}
+        out.append(msg)
+        return msg
+
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            content = _content_parts(item.get("content"), problems)
+            if role == "assistant":
+                msg = assistant()
+                if msg.get("tool_calls"):  # text after calls starts a new turn
+                    msg = {"role": "assistant", "content": None}
+                    out.append(msg)
+                msg["content"] = (msg["content"] or "") + text_of(content)
+            else:
+                out.append({"role": "system" if role == "developer" else role,
+                            "content": content})
+        elif kind == "function_call":
+            name = item.get("name", "")
+            if item.get("namespace"):
+                name = f"{item['namespace']}{NS_SEP}{name}"
+            assistant().setdefault("tool_calls", []).append({
+                "id": item.get("call_id") or item.get("id") or new_id("call_"), "type": "function",
+                "function": {"name": name, "arguments": item.get("arguments") or "{}"}})
+        elif kind == "function_call_output":
+            out.append({"role": "tool", "tool_call_id": item.get("call_id", ""),
+                        "content": _tool_output(item.get("output"))})
+        elif kind == "reasoning":
+            continue  # opaque to other vendors (encrypted or summarised); dropped
+        else:
+            problems.append(f"input item '{kind}'")
+    return out
+
+
+def _tools(tools: list, problems: list, names: dict) -> list[dict]:
+    out = []
+    for t in tools:
+        kind = t.get("type")
+        if kind == "function":
+            out.append(_function(t, t.get("name", "")))
+        elif kind == "namespace":
+            for inner in t.get("tools") or ():
+                if inner.get("type") != "function":
+                    problems.append(f"tool '{inner.get('type')}' in namespace '{t.get('name')}'")
+                    continue
+                flat = f"{t.get('name')}{NS_SEP}{inner.get('name')}"
+                names[flat] = (t.get("name"), inner.get("name"))
+                out.append(_function(inner, flat))
+        else:
+            problems.append(f"hosted tool '{kind}'")
+    return out
+
+
+def _function(t: dict, name: str) -> dict:
+    fn = {"name": name, "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
+    if t.get("description"):
+        fn["description"] = t["description"]
+    if t.get("strict") is not None:
+        fn["strict"] = bool(t["strict"])
+    return {"type": "function", "function": fn}
+
+
+def _tool_choice(tc: Any, problems: list, body: dict) -> Any:
+    if tc is None or isinstance(tc, str):
+        return tc
+    kind = tc.get("type") if isinstance(tc, dict) else None
+    if kind == "function":
+        return {"type": "function", "function": {"name": tc.get("name", "")}}
+    if kind == "allowed_tools":
+        allowed = {t.get("name") for t in tc.get("tools") or () if isinstance(t, dict)}
+        body["tools"] = [t for t in body.get("tools") or ()
+                         if t["function"]["name"] in allowed]
+        return "required" if tc.get("mode") == "required" else "auto"
+    problems.append(f"tool_choice '{kind}'")
+    return None
+
+
+def request_to_chat(doc: dict, history: list | None = None) -> Bridge:
+    """A validated Responses request (plus the items of the conversation it
+    continues, if any) -> a canonical chat request."""
+    problems: list[str] = []
+    names: dict = {}
+    messages: list[dict] = []
+    instr = doc.get("instructions")
+    if isinstance(instr, str) and instr:
+        messages.append({"role": "system", "content": instr})
+    elif isinstance(instr, list):
+        messages += _messages(instr, problems)
+    messages += _messages(list(history or ()) + items_of(doc), problems)
+    body: dict = {"model": doc.get("model"), "messages": messages}
+    if doc.get("stream"):
+        body["stream"] = True
+    if doc.get("max_output_tokens"):
+        body["max_tokens"] = doc["max_output_tokens"]
+    for key in ("temperature", "top_p", "parallel_tool_calls", "service_tier"):
+        if doc.get(key) is not None:
+            body[key] = doc[key]
+    user = doc.get("safety_identifier") or doc.get("user")
+    if user:
+        body["user"] = str(user)
+    effort = (doc.get("reasoning") or {}).get("effort") if isinstance(doc.get("reasoning"),
+                                                                      dict) else None
+    if effort:
+        body["reasoning_effort"] = effort
+    tools = _tools(doc.get("tools") or [], problems, names)
+    if tools:
+        body["tools"] = tools
+    else:  # OpenAI refuses parallel_tool_calls without tools
+        body.pop("parallel_tool_calls", None)
+    choice = _tool_choice(doc.get("tool_choice"), problems, body)
+    if choice is not None and body.get("tools"):
+        body["tool_choice"] = choice
+    fmt = ((doc.get("text") or {}).get("format") or {}) if isinstance(doc.get("text"), dict) else {}
+    if fmt.get("type") == "json_schema":
+        schema = {"name": fmt.get("name"), "schema": fmt.get("schema")}
+        for key in ("strict", "description"):
+            if fmt.get(key) is not None:
+                schema[key] = fmt[key]
+        body["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif fmt.get("type") == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    return Bridge(body, problems, names)
+
+
+# ---- answers: canonical chat -> a Responses object -------------------------
+def response_shell(doc: dict, rid: str, model: str, created: int | None = None) -> dict:
+    """A Response object echoing the request, before any output."""
+    reasoning = doc.get("reasoning") if isinstance(doc.get("reasoning"), dict) else {}
+    return {"id": rid, "object": "response", "created_at": created or int(time.time()),
+            "status": "in_progress", "background": False, "error": None,
+            "incomplete_details": None, "instructions": doc.get("instructions"),
+            "max_output_tokens": doc.get("max_output_tokens"), "max_tool_calls": None,
+            "model": model, "output": [], "parallel_tool_calls": doc.get("parallel_tool_calls",
+                                                                           True),
+            "previous_response_id": doc.get("previous_response_id"),
+            "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+            "service_tier": "default", "store": doc.get("store") is not False,
+            "temperature": doc.get("temperature", 1.0),
+            "text": doc.get("text") if isinstance(doc.get("text"), dict)
+            else {"format": {"type": "text"}},
+            "tool_choice": doc.get("tool_choice", "auto"), "tools": doc.get("tools") or [],
+            "top_p": doc.get("top_p", 1.0), "truncation": doc.get("truncation", "disabled"),
+            "usage": None, "user": doc.get("user"), "metadata": doc.get("metadata") or {}}
+
+
+def message_item(text: str, item_id: str | None = None, status: str = "completed") -> dict:
+    return {"id": item_id or new_id("msg_"), "type": "message", "status": status,
+            "role": "assistant", "content": [output_text(text)] if status == "completed" else []}
+
+
+def output_text(text: str) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def reasoning_item(text: str, item_id: str | None = None) -> dict:
+    return {"id": item_id or new_id("rs_"), "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": text}] if text else []}
+
+
+def call_item(call_id: str, name: str, arguments: str, names: dict,
+              item_id: str | None = None, status: str = "completed") -> dict:
+    item = {"id": item_id or new_id("fc_"), "type": "function_call", "status": status,
+            "arguments": arguments, "call_id": call_id, "name": name}
+    if name in names:
+        item["namespace"], item["name"] = names[name]
+    return item
+
+
+def finish_status(finish: str | None) -> tuple[str, dict | None]:
+    if finish == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish == "content_filter":
+        return "incomplete", {"reason": "content_filter"}
+    return "completed", None
+
+
+def response_from_chat(completion: dict, shell: dict, names: dict) -> dict:
+    """A whole canonical chat.completion -> the finished Response object."""
+    choice = (completion.get("choices") or [{}])[0]
+    m = choice.get("message") or {}
+    output = []
+    if m.get("reasoning_content"):
+        output.append(reasoning_item(m["reasoning_content"]))
+    text = text_of(m.get("content"))
+    if text or not m.get("tool_calls"):
+        output.append(message_item(text))
+    for tc in m.get("tool_calls") or ():
+        fn = tc.get("function") or {}
+        output.append(call_item(tc.get("id") or new_id("call_"), fn.get("name", ""),
+                                fn.get("arguments") or "{}", names))
+    status, details = finish_status(choice.get("finish_reason"))
+    return dict(shell, status=status, incomplete_details=details, output=output,
+                usage=usage_doc_from_chat(completion.get("usage")),
+                completed_at=int(time.time()) if status == "completed" else None)

@@ -1,0 +1,149 @@
+"""The Responses face: OpenAI Responses clients (openai SDKs'
+`client.responses`, Codex CLI, the Vercel AI SDK's `openai(model)`) calling
+POST /v1/responses, answered in the Responses format whatever the channel.
+
+Like the other faces: `parse_create` builds a Call whose body is the
+canonical chat request (for channels that speak only chat, and for
+estimates) and keeps the client's own body and bytes for channels that
+speak Responses; `StreamWriter` writes Responses events; `render` a whole
+Response.  Errors use the OpenAI error body.
+
+What the relay must remember of a call (the finished response for the
+bridge, the upstream's id for a pass-through) is left in call.extra for
+relay/stored_responses.py: "response" and "upstream_response_id".
+"""
+from __future__ import annotations
+
+from relay import sse, tokenizer
+from relay.adaptors.base import Call, Chunk
+from relay.adaptors.openai_responses import FORWARD_HEADERS, rename_model
+from relay.convert import responses as conv
+from relay.convert.common import converted, new_id
+from relay.convert.responses_stream import ChunksToEvents
+from relay.errors import bad_request
+from relay.faces.openai import load_json, require_model
+
+FAMILY = "openai"  # the error body
+FACE = "responses"
+
+
+def parse_create(request_id: str, raw: bytes, headers=None, compact: bool = False) -> Call:
+    """POST /v1/responses (or /v1/responses/compact) -> Call.  Raises
+    RelayError(400) on a bad body."""
+    doc = load_json(raw)
+    model = require_model(doc)
+    conv.validate(doc)
+    if compact and doc.get("stream"):
+        raise bad_request("'stream' is not supported by /v1/responses/compact.", "invalid_value",
+                          "stream")
+    call = Call(request_id=request_id, endpoint="responses_compact" if compact else "responses",
+                face=FACE, model=model, body={}, raw=raw, native_body=doc,
+                stream=bool(doc.get("stream")) and not compact)
+    call.extra["response_id"] = new_id("resp_")
+    call.extra["client_headers"] = {h: headers[h] for h in FORWARD_HEADERS
+                                    if headers is not None and headers.get(h)}
+    continue_from(call, [])
+    return call
+
+
+def continue_from(call: Call, history: list) -> None:
+    """(Re)build the canonical body, with the items of the conversation the
+    call continues (a response stored here) before its own input."""
+    bridge = converted(conv.request_to_chat, call.native_body, history)
+    if call.endpoint == "responses_compact":
+        bridge.body["messages"].append({"role": "user", "content": COMPACT_PROMPT})
+    call.body = bridge.body
+    call.extra["bridge"] = bridge
+
+
+# A compaction on a channel that speaks only chat is the model's own summary.
+COMPACT_PROMPT = ("Summarise the conversation so far for your own later use: the task, what "
+                  "was done and decided, the state of the work, and what remains. Be complete "
+                  "and concise; this summary replaces the conversation.")
+
+
+def input_tokens(raw: bytes) -> tuple[str, int]:
+    """POST /v1/responses/input_tokens -> (model, our own count)."""
+    doc = load_json(raw)
+    model = require_model(doc)
+    conv.validate(doc)
+    body = converted(conv.request_to_chat, doc).body
+    return model, tokenizer.count_messages(body["messages"], model, body.get("tools"))
+
+
+def _shell(call: Call) -> dict:
+    return conv.response_shell(call.native_body, call.extra["response_id"], call.model)
+
+
+class StreamWriter:
+    """Canonical chunks -> Responses events; a Responses upstream's own
+    events (chunk.raw) are written untouched but for a mapped model name."""
+
+    def __init__(self, call: Call):
+        self.call = call
+        self.conv = ChunksToEvents(_shell(call), call.extra["bridge"].names,
+                                   int(call.extra.get("prompt_tokens", 0)))
+        self.passthrough = False
+
+    def write(self, chunk: Chunk) -> bytes:
+        if chunk.raw is not None:
+            self.passthrough = True
+            data = chunk.data
+            if data is None:
+                return chunk.raw
+            resp = data.get("response") or {}
+            if data.get("type") == "response.created" and resp.get("id"):
+                self.call.extra["upstream_response_id"] = resp["id"]
+            if self.call.upstream_model != self.call.model:
+                return rename_model(chunk.raw, data, self.call.model)
+            return chunk.raw
+        if chunk.data is None or self.passthrough:
+            return b""
+        return _encode(self.conv.feed(chunk.data))
+
+    def finish(self) -> bytes:
+        if self.passthrough:
+            return b""
+        out = _encode(self.conv.end())
+        self.call.extra["response"] = self.conv.response
+        return out
+
+    def error(self, status: int, message: str) -> bytes:
+        """The stream broke after it began: response.failed, as OpenAI ends a
+        failed stream (an `error` event where the upstream's own events ran)."""
+        if self.passthrough:
+            return sse.encode({"type": "error", "code": "server_error", "message": message,
+                               "param": None, "sequence_number": 0}, "error")
+        return _encode(self.conv.fail(message))
+
+
+def _encode(events) -> bytes:
+    return b"".join(sse.encode(doc, name) for name, doc in events)
+
+
+def render(call: Call, doc: dict) -> dict:
+    """The whole answer: a Responses upstream's own (renamed to the public
+    model), else the canonical chat completion converted."""
+    native = call.extra.get("native_answer")
+    if isinstance(native, dict):
+        return dict(native, model=call.model)
+    if call.endpoint == "responses_compact":
+        return compaction_from_chat(call, doc)
+    if "response" in call.extra:  # rendered already, to be stored
+        return call.extra["response"]
+    resp = conv.response_from_chat(doc, _shell(call), call.extra["bridge"].names)
+    call.extra["response"] = resp
+    return resp
+
+
+def compaction_from_chat(call: Call, doc: dict) -> dict:
+    """A bridged compaction: the client's own user messages, then the model's
+    summary as a user message, which is what the next turn starts from."""
+    summary = conv.text_of(((doc.get("choices") or [{}])[0].get("message") or {}).get("content"))
+    kept = [dict(i, id=i.get("id") or new_id("msg_")) for i in conv.items_of(call.native_body)
+            if i.get("type", "message") == "message" and i.get("role") == "user"]
+    kept.append({"id": new_id("msg_"), "type": "message", "role": "user", "status": "completed",
+                 "content": [{"type": "input_text", "text": summary}]})
+    return {"id": call.extra["response_id"], "object": "response.compaction",
+            "created_at": _shell(call)["created_at"], "output": kept,
+            "usage": conv.usage_doc_from_chat(doc.get("usage")) or conv.usage_doc(0, 0)}
