@@ -20,7 +20,8 @@ DEFAULT_API_VERSION = "2024-10-21"
 class AzureAdaptor(OpenAIAdaptor):
     type = "azure"
     native = "openai"
-    endpoints = frozenset({"chat", "embeddings"})
+    # What Azure OpenAI deploys besides chat (it has no moderations or rerank).
+    endpoints = frozenset({"chat", "embeddings", "completions", "image_edits", "translations"})
 
     def url(self, channel, call: Call) -> str:
         base = channel.base_url.rstrip("/")

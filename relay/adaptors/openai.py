@@ -1,5 +1,6 @@
-"""OpenAI-format upstreams (type "openai"): chat, embeddings, and the
-OpenAI-shaped media endpoints.
+"""OpenAI-format upstreams (type "openai"): chat, embeddings, legacy
+completions, moderations, rerank (the Jina/Cohere /v1/rerank that
+OpenAI-compatible servers expose), and the OpenAI-shaped media endpoints.
 
 Requests pass through with every field the client sent; the adaptor only
 maps the model name, asks for streaming usage, and smooths over reasoning
@@ -12,6 +13,7 @@ import math
 import re
 
 from relay import sse
+from relay.adaptors import openai_answers
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest, generic_error,
                                  join_url)
 from relay.errors import RelayError
@@ -19,7 +21,9 @@ from relay.pricing import Usage
 
 _PATHS = {"chat": "/chat/completions", "embeddings": "/embeddings",
           "images": "/images/generations", "transcriptions": "/audio/transcriptions",
-          "speech": "/audio/speech"}
+          "speech": "/audio/speech", "completions": "/completions",
+          "moderations": "/moderations", "rerank": "/rerank", "image_edits": "/images/edits",
+          "translations": "/audio/translations"}
 
 # o1, o3, o4-mini, gpt-5...: want max_completion_tokens, reject temperature.
 REASONING = re.compile(r"^(o\d|gpt-5)")
@@ -88,6 +92,8 @@ class BinaryStream(StreamReader):
 def delta_text(chunk: dict) -> str:
     out = []
     for choice in chunk.get("choices") or ():
+        if isinstance(choice.get("text"), str):  # a legacy completion chunk
+            out.append(choice["text"])
         delta = choice.get("delta") or {}
         if delta.get("content"):
             out.append(delta["content"])
@@ -100,15 +106,20 @@ def delta_text(chunk: dict) -> str:
     return "".join(out)
 
 
-def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict) -> dict:
-    body = dict(body)
-    body["model"] = upstream_model
-    # Ask for streaming usage even when the client did not (we bill from it),
-    # unless the channel says its upstream rejects stream_options.
+def ask_stream_usage(body: dict, channel_options: dict) -> dict:
+    """Ask for streaming usage even when the client did not (we bill from
+    it), unless the channel says its upstream rejects stream_options."""
     if body.get("stream") and channel_options.get("stream_usage", True):
         opts = dict(body.get("stream_options") or {})
         opts["include_usage"] = True
         body["stream_options"] = opts
+    return body
+
+
+def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict) -> dict:
+    body = dict(body)
+    body["model"] = upstream_model
+    ask_stream_usage(body, channel_options)
     if REASONING.match(upstream_model):
         if "max_tokens" in body and "max_completion_tokens" not in body:
             body["max_completion_tokens"] = body.pop("max_tokens")
@@ -188,7 +199,7 @@ class OpenAIAdaptor(Adaptor):
 
     def request(self, call: Call, channel) -> UpstreamRequest:
         headers = self.headers(channel)
-        if call.endpoint == "transcriptions":
+        if "upload" in call.extra:
             # The multipart upload streams through (relay/upload.py), with
             # its model field rewritten to this channel's model name.
             upload = call.extra["upload"]
@@ -200,6 +211,8 @@ class OpenAIAdaptor(Adaptor):
             body = prepare_chat_body(body, call.upstream_model, channel.options)
         else:
             body["model"] = call.upstream_model
+            if call.endpoint == "completions":
+                ask_stream_usage(body, channel.options)
         headers["Content-Type"] = "application/json"
         return UpstreamRequest("POST", self.url(channel, call), headers,
                                json.dumps(body, ensure_ascii=False).encode())
@@ -211,10 +224,15 @@ class OpenAIAdaptor(Adaptor):
         return OpenAIStream(keep_raw=raw, lazy=raw and call.upstream_model == call.model)
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
-        if call.endpoint == "transcriptions":
+        if call.endpoint in ("transcriptions", "translations"):
             return transcript_usage(call, body)
         doc = json.loads(body)
-        return doc, usage_from(doc.get("usage")) if isinstance(doc, dict) else None
+        usage = usage_from(doc.get("usage")) if isinstance(doc, dict) else None
+        if call.endpoint in openai_answers.PARSERS:
+            if not isinstance(doc, dict):
+                raise ValueError("the answer is not a JSON object")
+            return openai_answers.PARSERS[call.endpoint](call, doc, usage)
+        return doc, usage
 
     def error(self, status: int, body: bytes) -> RelayError:
         err = generic_error(status, body)
