@@ -113,10 +113,16 @@ def _relay_looking(path: str) -> bool:
 
 
 class NotFoundHandler(RelayHandler):
+    """Answers once the body has been read (and dropped): an answer sent
+    before that makes Tornado close the connection after it, and a client
+    that keeps connections alive (the SDKs do) may already have sent its
+    next request on it.  The size limit still refuses a body up front."""
+
     api_shape = False
     path_family = None  # set by routes under one vendor's own prefix
+    buffer_body = False
 
-    def prepare(self):
+    def answer(self, *args, **kwargs):
         path = self.request.path
         clean = re.sub(r"/{2,}", "/", path).rstrip("/")
         # "/api/v1/chat/completions" is a relay client with a wrong base URL,
@@ -140,6 +146,8 @@ class NotFoundHandler(RelayHandler):
         base = f"{self.request.protocol}://{self.request.host}"
         raise RelayError(404, f"Unknown path {path}.{hint_for(path, base, self.family)}",
                          "invalid_request_error", "unknown_path")
+
+    get = post = put = patch = delete = head = options = answer
 
     def send_error_body(self, err: RelayError) -> None:
         if self.api_shape:

@@ -74,6 +74,9 @@ class _UploadHandler(RelayHandler):
 
     async def prepare(self) -> None:
         await super().prepare()
+        # The size limit is ours to enforce (data_received), so that a chunked
+        # body over it gets a 413 instead of Tornado dropping the connection.
+        self.request.connection.set_max_body_size(1 << 62)
         self.auth_ = await self.auth()
         length = self.request.headers.get("Content-Length")
         self.upload = MultipartUpload(self.request.headers.get("Content-Type", ""),
@@ -86,11 +89,15 @@ class _UploadHandler(RelayHandler):
         if self.failed is not None or self.upload is None:
             return
         self._size += len(chunk)
+        if self._size > self.config.max_body_bytes:
+            self._fail(RelayError(413, f"The request body is larger than the limit of "
+                                       f"{self.config.max_body_mb} MB.", "invalid_request_error",
+                                  "request_too_large"))
+            # Answer now: Tornado reads no more of the body and closes the
+            # connection once the answer is out.
+            self.send_error_body(self.failed)
+            return
         try:
-            if self._size > self.config.max_body_bytes:
-                raise RelayError(413, f"The request body is larger than the limit of "
-                                      f"{self.config.max_body_mb} MB.", "invalid_request_error",
-                                 "request_too_large")
             self.upload.feed(chunk)
             if self.task is None and self.upload.ready:
                 self._start()
