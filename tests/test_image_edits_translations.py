@@ -14,6 +14,7 @@ import requests
 
 from tests.fakes.media_upstream import PNG_1PX, make_wav
 from tests.fakes.text_upstream import FakeText
+from tests import helpers
 from tests.tenant import Tenant
 
 pytestmark = pytest.mark.slow
@@ -53,15 +54,8 @@ def client(relay, key):
     return openai.OpenAI(api_key=key, base_url=relay.url + "/v1", max_retries=0)
 
 
-def multipart(parts, boundary="----relayedit"):
-    out = b""
-    for name, value, filename in parts:
-        disp = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
-        ctype = "Content-Type: image/png\r\n" if filename else ""
-        out += f"--{boundary}\r\nContent-Disposition: {disp}\r\n{ctype}\r\n".encode()
-        out += value + b"\r\n"
-    out += f"--{boundary}--\r\n".encode()
-    return out, f"multipart/form-data; boundary={boundary}"
+def multipart(parts):
+    return helpers.multipart(parts, "----relayedit", "image/png")
 
 
 # ---- image edits ---------------------------------------------------------------

@@ -3,6 +3,8 @@ official SDKs; and vendor endpoints this relay does not serve, which get a
 404 in the caller's family saying so, while wrong paths keep their hint."""
 from __future__ import annotations
 
+import socket
+
 import anthropic
 import openai
 import pytest
@@ -11,6 +13,7 @@ from google import genai
 from google.genai import errors as gerrors
 from google.genai import types
 
+from tests.helpers import recv_all
 from tests.tenant import Tenant
 
 pytestmark = pytest.mark.slow
@@ -225,7 +228,6 @@ def test_wrong_paths_keep_the_base_url_hint(relay, tenant, path, family, fragmen
 def test_a_404_keeps_the_connection_usable(relay, tenant):
     """SDKs reuse connections: after a 404 (body and all) the same connection
     must answer the next request, not be closed under the client."""
-    import socket
     body = b'{"purpose": "batch"}'
     req = (f"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {tenant.key}\r\n"
            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
@@ -233,11 +235,6 @@ def test_a_404_keeps_the_connection_usable(relay, tenant):
           f"Connection: close\r\n\r\n".encode()
     with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as s:
         s.sendall(req + body + nxt)
-        reply = b""
-        while True:
-            data = s.recv(65536)
-            if not data:
-                break
-            reply += data
+        reply = recv_all(s)
     assert reply.startswith(b"HTTP/1.1 404"), reply[:200]
     assert b"HTTP/1.1 200" in reply and b"gpt-list-d" in reply
