@@ -95,6 +95,12 @@ def unsupported(path: str, family: str) -> str | None:
     return m.group(1) if m else None
 
 
+def unsupported_error(method: str, path: str, family: str, endpoint: str) -> RelayError:
+    return RelayError(404, f"The endpoint {method} {path} ({endpoint}) is not supported by "
+                           f"this relay. It serves {_SERVED.get(family, _SERVED['openai'])}.",
+                      "invalid_request_error", "unsupported_endpoint")
+
+
 def family_of(handler) -> str:
     path = handler.request.path
     if re.match(r"^(?:/upload)?/(?:v1beta|v1alpha)(?:/|$)", path):
@@ -136,10 +142,7 @@ class NotFoundHandler(RelayHandler):
             self.family = self.path_family or family_of(self)
         endpoint = unsupported(clean, self.family)
         if endpoint is not None:
-            raise RelayError(404, f"The endpoint {self.request.method} {clean} ({endpoint}) is "
-                                  f"not supported by this relay. It serves "
-                                  f"{_SERVED[self.family]}.", "invalid_request_error",
-                             "unsupported_endpoint")
+            raise unsupported_error(self.request.method, clean, self.family, endpoint)
         if self.path_family is not None:
             raise RelayError(404, f"Unknown path {path}: this relay serves "
                                   f"{_SERVED[self.family]}.", "not_found_error", "unknown_path")

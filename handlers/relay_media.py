@@ -213,6 +213,9 @@ default_handlers = [
     (_P + r"/moderations/?", ModerationsHandler),
     (_P + r"/rerank/?", RerankHandler),
     (_P + r"/models/?", ModelsHandler),
+    # Model ids with ':' (Ollama's "qwen2.5:7b", fine-tuned "ft:...:id") that
+    # the Gemini "{model}:{method}" route (earlier in the table) left over.
+    (_P + r"/models/(?P<model>[^?]+?)/?", ModelsHandler),
     (_P + r"/images/generations/?", ImagesHandler),
     (_P + r"/audio/speech/?", SpeechHandler),
     (_P + r"/audio/transcriptions/?", TranscriptionHandler),

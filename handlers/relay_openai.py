@@ -7,6 +7,7 @@ Each route also answers without the /v1 prefix and with a trailing slash
 from __future__ import annotations
 
 from handlers.base import RelayHandler
+from handlers.fallback import unsupported_error
 from models.records import QUOTA_PER_USD
 from relay.faces import completions, rerank
 from relay.faces import model_lists as lists
@@ -81,6 +82,10 @@ async def answer_models(handler: RelayHandler, model: str | None) -> None:
 class ModelsHandler(RelayHandler):
     async def get(self, model: str | None = None) -> None:
         await answer_models(self, model.strip("/") if model else None)
+
+    async def delete(self, model: str | None = None) -> None:
+        # OpenAI's "delete a fine-tuned model": a vendor endpoint not served.
+        raise unsupported_error("DELETE", self.request.path, "openai", "models")
 
 
 class BillingSubscriptionHandler(RelayHandler):

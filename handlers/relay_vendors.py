@@ -89,7 +89,7 @@ default_handlers = [
     (r"(?:/v1)?/messages/?", MessagesHandler),
     (_G + r"/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)/?", GenerateHandler),
     (r"/v1beta/models/?", GeminiModelsHandler),
-    (r"/v1beta/models/(?P<model>[^/:]+)/?", GeminiModelsHandler),
+    (r"/v1beta/models/(?P<model>[^/]+?)/?", GeminiModelsHandler),
     (r"(?:/v1)?/messages/.*", AnthropicNotFound),
     (r"/(?:v1beta|v1alpha)/.*", GeminiNotFound),
 ]

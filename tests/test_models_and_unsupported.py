@@ -18,7 +18,8 @@ from tests.tenant import Tenant
 
 pytestmark = pytest.mark.slow
 
-MODELS = ["claude-list-a", "embed-list-b", "gem-list-c", "gpt-list-d", "gpt-list-e"]
+MODELS = ["claude-list-a", "embed-list-b", "gem-list-c", "gpt-list-d", "gpt-list-e",
+          "qwen2.5:7b"]
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,7 @@ def test_openai_sdk_lists_and_retrieves(relay, tenant):
     assert [m.id for m in listed] == MODELS
     assert {m.object for m in listed} == {"model"} and len({m.created for m in listed}) == 1
     assert c.models.retrieve("gpt-list-d").id == "gpt-list-d"
+    assert c.models.retrieve("qwen2.5:7b").id == "qwen2.5:7b"      # Ollama-style names
     with pytest.raises(openai.NotFoundError) as ei:
         c.models.retrieve("other-group-model")
     assert ei.value.body["code"] == "model_not_found"
@@ -74,8 +76,8 @@ def test_anthropic_sdk_pages_through_the_list(relay, tenant, old_style):
     assert m.created_at.year == 1970                            # "release date unknown"
     back = c.models.list(limit=2, before_id=MODELS[3])
     assert [m.id for m in back.data] == MODELS[1:3] and back.has_more
-    last = c.models.list(limit=2, after_id=MODELS[2])
-    assert [m.id for m in last.data] == MODELS[3:] and not last.has_more
+    last = c.models.list(limit=2, after_id=MODELS[3])
+    assert [m.id for m in last.data] == MODELS[4:] and not last.has_more
     info = c.models.retrieve(MODELS[1])
     assert info.id == MODELS[1] and info.type == "model"
     with pytest.raises(anthropic.NotFoundError) as ei:
@@ -101,6 +103,7 @@ def test_genai_sdk_pages_through_the_list(relay, tenant, version):
     pager = c.models.list(config={"page_size": 3})
     assert len(pager.page) == 3 and pager.config["page_token"]
     assert [m.name for m in pager.next_page()] == [f"models/{m}" for m in MODELS[3:]]
+    assert c.models.get(model="qwen2.5:7b").name == "models/qwen2.5:7b"
     m = c.models.get(model="gem-list-c")
     assert m.name == "models/gem-list-c" and m.display_name == "gem-list-c"
     assert "generateContent" in m.supported_actions
@@ -117,7 +120,7 @@ def test_gemini_shape_on_the_wire_and_bad_token(relay, tenant):
     assert [m["name"] for m in doc["models"]] == [f"models/{m}" for m in MODELS[:4]]
     r2 = requests.get(f"{relay.url}/v1beta/models", params={"pageToken": doc["nextPageToken"]},
                       headers={"x-goog-api-key": tenant.key})
-    assert [m["name"] for m in r2.json()["models"]] == ["models/gpt-list-e"]
+    assert [m["name"] for m in r2.json()["models"]] == [f"models/{m}" for m in MODELS[4:]]
     assert "nextPageToken" not in r2.json()
     for q in ("pageToken=garbage", "pageSize=-1", "pageSize=x"):
         r = requests.get(f"{relay.url}/v1beta/models?{q}", headers={"x-goog-api-key": tenant.key})
@@ -238,3 +241,10 @@ def test_a_404_keeps_the_connection_usable(relay, tenant):
         reply = recv_all(s)
     assert reply.startswith(b"HTTP/1.1 404"), reply[:200]
     assert b"HTTP/1.1 200" in reply and b"gpt-list-d" in reply
+
+
+def test_deleting_a_model_is_not_served(relay, tenant):
+    with pytest.raises(openai.NotFoundError) as ei:
+        oai(relay, tenant.key).models.delete("ft:gpt-list-d:me")
+    assert ei.value.body["code"] == "unsupported_endpoint"
+    assert [m.id for m in oai(relay, tenant.key).models.list()] == MODELS
