@@ -124,7 +124,7 @@ class MultipartUpload:
         self.file_fields = tuple(file_fields)
         self.what = what
         self.sniff = sniff
-        self.boundary = boundary_of(content_type, f"{what} in a '{self.file_fields[0]}' field")
+        self.boundary = boundary_of(content_type, f"{what} in the '{self.file_fields[0]}' field")
         self.content_type = content_type
         self.client_length = length
         self.pipe = UploadPipe()

@@ -13,6 +13,7 @@ import requests
 from relay import tokenizer
 from tests.fakes.openai_upstream import DEFAULT_TEXT, _split
 from tests.fakes.text_upstream import FakeText
+from tests.helpers import eventually
 from tests.tenant import Tenant
 
 pytestmark = pytest.mark.slow
@@ -40,13 +41,15 @@ def setup(relay, admin, fake):
     admin.create_channel(fake.mode_url("nousage"), ["instruct-nousage", "rerank-nousage"],
                          name="nousage", model_mapping={"instruct-nousage": INSTRUCT})
     admin.create_channel(fake.mode_url("reset"), ["instruct-reset"], name="reset")
+    admin.create_channel(fake.mode_url("slow"), ["instruct-slow"], name="slow")
     admin.create_channel(fake.mode_url("cohere"), ["rerank-english-v3.0", "rerank-units"],
                          name="cohere")
     admin.create_channel(fake.url, ["azure-instruct", "azure-only-mod", "azure-only-rerank"],
                          type="azure", name="azure", key="az-key",
                          model_mapping={"azure-instruct": "instruct-deploy"})
     # USD per million tokens; 500,000 units per USD: units = (100 x in + 200 x out) / 2.
-    for m in (INSTRUCT, "instruct-alias", "instruct-nousage", "instruct-reset", "azure-instruct"):
+    for m in (INSTRUCT, "instruct-alias", "instruct-nousage", "instruct-reset", "instruct-slow",
+              "azure-instruct"):
         admin.set_price(m, input_price="100", output_price="200")
     admin.set_price(MOD, input_price="0", output_price="0")            # free, as at OpenAI
     admin.set_price("text-moderation-stable", input_price="50")
@@ -157,6 +160,32 @@ def test_completion_stream_cut_by_upstream_bills_what_arrived(setup, admin):
     assert t.spent_since(before) == units(p, c)
     rec = t.logs(1, model="instruct-reset")[0]
     assert rec["estimated"] and rec["status"] >= 500 and rec["completion_tokens"] == c
+
+
+def test_completion_client_leaving_mid_stream_pays_for_what_it_got(setup, admin, fake):
+    """The client reads one chunk and hangs up: the upstream transfer is
+    cut and the call is billed, estimated, for what was streamed."""
+    t = Tenant(admin, setup.url)
+    before = t.balances()
+    r = requests.post(setup.url + "/v1/completions", stream=True,
+                      headers={"Authorization": f"Bearer {t.key}"},
+                      json={"model": "instruct-slow", "prompt": "go", "stream": True,
+                            "fake_chunks": 8})
+    first = next(r.iter_lines())
+    assert first.startswith(b"data: {")
+    r.close()
+    rec = t.logs(1, model="instruct-slow")[0]
+    assert rec["status"] == 499 and rec["estimated"]
+    assert 1 <= rec["completion_tokens"] < tokenizer.count_text(DEFAULT_TEXT, "instruct-slow")
+    p = tokenizer.count_text("go", "instruct-slow")
+    assert rec["prompt_tokens"] == p
+    assert t.spent_since(before) == rec["quota"] == units(p, rec["completion_tokens"])
+    up = sent(fake, "/completions")
+    assert up["mode"] == "slow"
+
+    def upstream_cut():
+        assert up["aborted"]
+    eventually(upstream_cut)
 
 
 def test_completion_reserves_max_tokens(setup, admin, fake):
