@@ -1,4 +1,5 @@
-"""OpenAI media routes (images, speech, transcriptions) and the base-address
+"""OpenAI media routes (images, image edits, speech, transcriptions,
+translations), and every OpenAI-family route under the base-address
 variants clients produce (a doubled /v1, a chat URL given as the base).
 
 Every route also answers without the /v1 prefix and with a trailing slash;
@@ -11,7 +12,8 @@ import json
 
 from handlers.base import RelayHandler
 from handlers.relay_openai import (BillingSubscriptionHandler, BillingUsageHandler, ChatHandler,
-                                   EmbeddingsHandler, ModelsHandler, _OpenAIRelay)
+                                   CompletionsHandler, EmbeddingsHandler, ModelsHandler,
+                                   ModerationsHandler, RerankHandler, _OpenAIRelay)
 from relay.adaptors.base import Call
 from relay.errors import RelayError
 from relay.faces import media
@@ -40,16 +42,28 @@ class SpeechHandler(RelayHandler):
             self.finish()
 
 
-class TranscriptionHandler(RelayHandler):
-    """The multipart upload streams to the upstream while it arrives.
+class _UploadHandler(RelayHandler):
+    """A multipart upload that streams to the upstream while it arrives.
 
     prepare() authenticates before a byte of the body is read; the call
     starts (channel, reservation, upstream connection) as soon as the model
     field and the file's header have gone past, and post() - which Tornado
-    calls once the body is complete - waits for its answer.
+    calls once the body is complete - waits for its answer.  Subclasses say
+    which endpoint, which file fields, and how the fields are checked and
+    billed.
     """
 
     buffer_body = False
+    endpoint = ""
+    file_fields = ("file",)
+    what = "the audio"
+    sniff = True             # read the audio's length from the file's header
+    default_model = None
+    check = staticmethod(media.check_transcription_fields)
+
+    def units(self, upload: MultipartUpload) -> dict:
+        """The billing facts known from the upload so far (call.extra)."""
+        return {"units": upload.units(), "audio_seconds": upload.audio_seconds()}
 
     def initialize(self) -> None:
         super().initialize()
@@ -60,10 +74,14 @@ class TranscriptionHandler(RelayHandler):
 
     async def prepare(self) -> None:
         await super().prepare()
+        # The size limit is ours to enforce (data_received), so that a chunked
+        # body over it gets a 413 instead of Tornado dropping the connection.
+        self.request.connection.set_max_body_size(1 << 62)
         self.auth_ = await self.auth()
         length = self.request.headers.get("Content-Length")
         self.upload = MultipartUpload(self.request.headers.get("Content-Type", ""),
-                                      int(length) if length and length.isdigit() else None)
+                                      int(length) if length and length.isdigit() else None,
+                                      self.file_fields, self.what, self.sniff)
 
     def data_received(self, chunk: bytes) -> None:
         # Errors are kept for post(): raising here would drop the connection
@@ -71,11 +89,15 @@ class TranscriptionHandler(RelayHandler):
         if self.failed is not None or self.upload is None:
             return
         self._size += len(chunk)
+        if self._size > self.config.max_body_bytes:
+            self._fail(RelayError(413, f"The request body is larger than the limit of "
+                                       f"{self.config.max_body_mb} MB.", "invalid_request_error",
+                                  "request_too_large"))
+            # Answer now: Tornado reads no more of the body and closes the
+            # connection once the answer is out.
+            self.send_error_body(self.failed)
+            return
         try:
-            if self._size > self.config.max_body_bytes:
-                raise RelayError(413, f"The request body is larger than the limit of "
-                                      f"{self.config.max_body_mb} MB.", "invalid_request_error",
-                                 "request_too_large")
             self.upload.feed(chunk)
             if self.task is None and self.upload.ready:
                 self._start()
@@ -90,11 +112,9 @@ class TranscriptionHandler(RelayHandler):
     def _start(self) -> None:
         up = self.upload
         fields = dict(up.fields)
-        media.check_transcription_fields(fields)
-        self.call = Call(request_id=self.request_id, endpoint="transcriptions", face="openai",
-                         model=up.model, body=fields,
-                         extra={"upload": up, "units": up.units(),
-                                "audio_seconds": up.audio_seconds()})
+        self.check(fields)
+        self.call = Call(request_id=self.request_id, endpoint=self.endpoint, face="openai",
+                         model=up.model, body=fields, extra={"upload": up, **self.units(up)})
         self.task = asyncio.ensure_future(
             self.ctx["service"].relay(self.call, self.auth_, self, media, self.cancel))
         self.task.add_done_callback(self._relay_done)
@@ -109,15 +129,14 @@ class TranscriptionHandler(RelayHandler):
     async def post(self) -> None:
         if self.failed is None:
             try:
-                self.upload.finish()
+                self.upload.finish(lambda fields: self.check(fields, True), self.default_model)
                 if self.task is None:
                     self._start()
             except RelayError as err:
                 self._fail(err)
         if self.call is not None:
-            # The whole file is here now: its real length, for the bill.
-            self.call.extra["audio_seconds"] = self.upload.audio_seconds()
-            self.call.extra["units"] = self.upload.units()
+            # The whole upload is here now: the real facts, for the bill.
+            self.call.extra.update(self.units(self.upload))
         if self.task is not None:
             try:
                 out = await self.task
@@ -134,7 +153,8 @@ class TranscriptionHandler(RelayHandler):
                 # Not passed through as bytes (e.g. a mapped model): text,
                 # srt and vtt answers were kept as {"text": ...}.
                 if "json" in ctype:
-                    return self.finish(json.dumps(out.body, ensure_ascii=False))
+                    return self.finish(json.dumps(media.render(self.call, out.body),
+                                                  ensure_ascii=False))
                 return self.finish(str((out.body or {}).get("text", "")))
         raise self.failed
 
@@ -154,6 +174,32 @@ class TranscriptionHandler(RelayHandler):
             self.task.add_done_callback(lambda _t: upload.close())
 
 
+class TranscriptionHandler(_UploadHandler):
+    endpoint = "transcriptions"
+
+
+class TranslationHandler(_UploadHandler):
+    """Speech in any language to English text; billed like transcriptions."""
+
+    endpoint = "translations"
+    check = staticmethod(media.check_translation_fields)
+
+
+class ImageEditHandler(_UploadHandler):
+    """One or more images ('image' or the SDK's 'image[]'), an optional
+    mask and a prompt; billed per image asked for ('n')."""
+
+    endpoint = "image_edits"
+    file_fields = ("image", "image[]")
+    what = "the image"
+    sniff = False
+    default_model = media.IMAGE_EDIT_DEFAULT_MODEL
+    check = staticmethod(media.check_image_edit_fields)
+
+    def units(self, upload: MultipartUpload) -> dict:
+        return {"units": media.image_edit_count(upload.fields)}
+
+
 # ---- routes -----------------------------------------------------------------
 # Chat front ends are often given ".../v1/chat/completions" as their base and
 # append "/chat/completions" to it; others double the "/v1".  Any run of
@@ -163,10 +209,18 @@ _P = r"(?:/v1|/chat/completions)*"
 default_handlers = [
     (_P + r"/chat/completions/?", ChatHandler),
     (_P + r"/embeddings/?", EmbeddingsHandler),
+    (_P + r"/completions/?", CompletionsHandler),
+    (_P + r"/moderations/?", ModerationsHandler),
+    (_P + r"/rerank/?", RerankHandler),
     (_P + r"/models/?", ModelsHandler),
+    # Model ids with ':' (Ollama's "qwen2.5:7b", fine-tuned "ft:...:id") that
+    # the Gemini "{model}:{method}" route (earlier in the table) left over.
+    (_P + r"/models/(?P<model>[^?]+?)/?", ModelsHandler),
     (_P + r"/images/generations/?", ImagesHandler),
     (_P + r"/audio/speech/?", SpeechHandler),
     (_P + r"/audio/transcriptions/?", TranscriptionHandler),
+    (_P + r"/audio/translations/?", TranslationHandler),
+    (_P + r"/images/edits/?", ImageEditHandler),
     (_P + r"/dashboard/billing/subscription/?", BillingSubscriptionHandler),
     (_P + r"/dashboard/billing/usage/?", BillingUsageHandler),
 ]

@@ -1,23 +1,27 @@
-"""OpenAI-format relay routes: chat, embeddings, models, legacy balance.
+"""OpenAI-format relay routes: chat, embeddings, legacy completions,
+moderations, rerank, models, legacy balance.
 
-Each route also answers without the /v1 prefix and with a trailing slash.
+Each route also answers without the /v1 prefix and with a trailing slash
+(the variants are routed in handlers/relay_media.py).
 """
 from __future__ import annotations
 
-import time
-
 from handlers.base import RelayHandler
+from handlers.fallback import unsupported_error
 from models.records import QUOTA_PER_USD
+from relay.faces import completions, rerank
+from relay.faces import model_lists as lists
 from relay.faces import openai as face
 
 
 class _OpenAIRelay(RelayHandler):
     family = "openai"
     parse = None
+    face = face
 
     async def post(self) -> None:
         auth = await self.auth()
-        await self.run_relay(auth, type(self).parse(self.request_id, self.body), face)
+        await self.run_relay(auth, type(self).parse(self.request_id, self.body), self.face)
 
 
 class ChatHandler(_OpenAIRelay):
@@ -28,26 +32,60 @@ class EmbeddingsHandler(_OpenAIRelay):
     parse = staticmethod(face.parse_embeddings)
 
 
+class CompletionsHandler(_OpenAIRelay):
+    """Legacy text completions, streamed or not."""
+    parse = staticmethod(completions.parse_completions)
+    face = completions
+
+
+class ModerationsHandler(_OpenAIRelay):
+    parse = staticmethod(completions.parse_moderations)
+    face = completions
+
+
+class RerankHandler(_OpenAIRelay):
+    """The Cohere/Jina rerank format, with OpenAI's error body (as new-api)."""
+    parse = staticmethod(rerank.parse_rerank)
+    face = rerank
+
+
+async def answer_models(handler: RelayHandler, model: str | None) -> None:
+    """GET models (or one model) in the caller's family: Gemini for a Gemini
+    route or key (x-goog-api-key, ?key=; google-genai 3.x lists under /v1),
+    Anthropic when `anthropic-version` is sent (the anthropic SDKs send it
+    with x-api-key or, from 2.x, with Authorization: Bearer), else OpenAI.
+    Lists what the key's group serves and its model lock allows."""
+    h = handler.request.headers
+    if handler.family != "gemini":
+        if h.get("x-goog-api-key") or handler.get_query_argument("key", None):
+            handler.family = "gemini"
+        elif h.get("anthropic-version"):
+            handler.family = "anthropic"
+    auth = await handler.auth()
+    models = handler.ctx["service"].models_for(auth)
+    family = handler.family
+    arg = handler.get_query_argument
+    if model is not None:
+        if model not in models:
+            raise lists.not_found(model)
+        one = {"anthropic": lists.anthropic_model, "gemini": lists.gemini_model}
+        handler.finish(one.get(family, lists.openai_model)(model))
+    elif family == "anthropic":
+        handler.finish(lists.anthropic_page(models, arg("limit", None), arg("after_id", None),
+                                            arg("before_id", None)))
+    elif family == "gemini":
+        handler.finish(lists.gemini_page(models, arg("pageSize", None), arg("pageToken", None)))
+    else:
+        handler.finish(lists.openai_list(models))
+
+
 class ModelsHandler(RelayHandler):
     async def get(self, model: str | None = None) -> None:
-        model = model.strip("/") if model else None
-        # google-genai 3.x and anthropic clients list models here too.
-        from handlers.relay_vendors import vendor_models
-        if await vendor_models(self, model):
-            return
-        auth = await self.auth()
-        service = self.ctx["service"]
-        now = int(time.time())
-        models = service.models_for(auth)
-        if model:
-            if model not in models:
-                from relay.errors import RelayError
-                raise RelayError(404, f"The model '{model}' does not exist or this key may not "
-                                      "use it.", "invalid_request_error", "model_not_found")
-            self.finish({"id": model, "object": "model", "created": now, "owned_by": "relay"})
-            return
-        self.finish({"object": "list", "data": [
-            {"id": m, "object": "model", "created": now, "owned_by": "relay"} for m in models]})
+        await answer_models(self, model.strip("/") if model else None)
+
+    async def delete(self, model: str | None = None) -> None:
+        # OpenAI's "delete a fine-tuned model": a vendor endpoint not served.
+        raise unsupported_error("DELETE", self.request.path, "openai", "models")
 
 
 class BillingSubscriptionHandler(RelayHandler):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 
 from handlers.base import RelayHandler
-from relay.errors import RelayError
+from handlers.fallback import NotFoundHandler
+from handlers.relay_openai import answer_models
 from relay.faces import anthropic as aface
 from relay.faces import gemini as gface
 
@@ -66,52 +67,20 @@ class GenerateHandler(_VendorRelay):
         await self.relay(auth, call)
 
 
-async def vendor_models(handler: RelayHandler, model: str | None) -> bool:
-    """GET /v1/models from a Gemini or Anthropic client (told apart by its
-    key header), answered in that client's format.  Returns False when the
-    caller is neither, for the OpenAI handler to answer."""
-    h = handler.request.headers
-    if h.get("x-goog-api-key") or handler.get_query_argument("key", None):
-        handler.family = "gemini"
-    elif h.get("anthropic-version"):
-        handler.family = "anthropic"
-    else:
-        return False
-    auth = await handler.auth()
-    models = handler.ctx["service"].models_for(auth)
-    if model is not None and model not in models:
-        raise RelayError(404, f"The model '{model}' does not exist or this key may not use it.",
-                         "invalid_request_error", "model_not_found")
-    face = gface if handler.family == "gemini" else aface
-    handler.finish(face.model_list(models) if model is None else face.model_info(model))
-    return True
-
-
 class GeminiModelsHandler(RelayHandler):
     family = "gemini"
 
     async def get(self, model: str | None = None) -> None:
-        if not await vendor_models(self, model):  # no key at all: Gemini's 401
-            await self.auth()
+        await answer_models(self, model)
 
 
-class _NotFound(RelayHandler):
-    """Unknown paths under a vendor's own prefix: a 404 in that vendor's body."""
-
-    def prepare(self):
-        raise RelayError(404, f"Unknown path {self.request.path}: this relay serves "
-                              f"{self.routes}.", "not_found_error", "unknown_path")
+class AnthropicNotFound(NotFoundHandler):
+    """Paths under /v1/messages/ we do not serve: a 404 in Anthropic's body."""
+    path_family = "anthropic"
 
 
-class AnthropicNotFound(_NotFound):
-    family = "anthropic"
-    routes = "POST /v1/messages and POST /v1/messages/count_tokens"
-
-
-class GeminiNotFound(_NotFound):
-    family = "gemini"
-    routes = ("POST /v1beta/models/{model}:generateContent, :streamGenerateContent, "
-              ":countTokens, :embedContent, :batchEmbedContents, and GET /v1beta/models")
+class GeminiNotFound(NotFoundHandler):
+    path_family = "gemini"
 
 
 _G = r"/(?:v1beta|v1|v1alpha)"
@@ -120,7 +89,7 @@ default_handlers = [
     (r"(?:/v1)?/messages/?", MessagesHandler),
     (_G + r"/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)/?", GenerateHandler),
     (r"/v1beta/models/?", GeminiModelsHandler),
-    (r"/v1beta/models/(?P<model>[^/:]+)/?", GeminiModelsHandler),
+    (r"/v1beta/models/(?P<model>[^/]+?)/?", GeminiModelsHandler),
     (r"(?:/v1)?/messages/.*", AnthropicNotFound),
     (r"/(?:v1beta|v1alpha)/.*", GeminiNotFound),
 ]

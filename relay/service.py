@@ -185,7 +185,9 @@ class RelayService:
             # upstream's usage), so chat skips the BPE pass here.
             prompt = tokenizer.approx_messages(b.get("messages") or [], b.get("tools"))
         else:
-            out = 0
+            # A face that knows the most output a call may bill (legacy
+            # completions' max_tokens) says so; others reserve the input.
+            out = int(call.extra.get("reserve_output", 0))
             prompt = self.prompt_tokens(call)
         usage = pricing.Usage(prompt, out, 0, units)
         return pricing.cost(usage, price, auth.rate, per_call)

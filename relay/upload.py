@@ -1,9 +1,10 @@
-"""A multipart upload (audio transcription) on its way to the upstream.
+"""A multipart upload (audio to transcribe or translate, images to edit) on
+its way to the upstream.
 
 The handler feeds the client's body in as it arrives.  We read just enough
 of it on the way past: the small text fields (model, language, prompt, ...),
-the file's name and type, and the first bytes of the file (a WAV header
-gives the audio's length, see relay/audio_length.py).  Every byte goes to a spool file as it arrives,
+the file's name and type, and for audio the first bytes of the file (a WAV
+header gives the audio's length, see relay/audio_length.py).  Every byte goes to a spool file as it arrives,
 not into memory, and the upstream reads from that file as it fills, so the
 upload flows through while the client is still sending.  The spool also
 makes a retry on another channel possible: it starts again from byte one.
@@ -28,11 +29,11 @@ HEADER_LIMIT = 16 * 1024    # the headers of one part
 SNIFF_BYTES = 64 * 1024     # of the file, kept to find the WAV header
 
 
-def boundary_of(content_type: str) -> bytes:
+def boundary_of(content_type: str, what: str = "the audio in a 'file' field") -> bytes:
     """The multipart boundary, or a 400 naming what is wrong."""
     if not content_type.lower().startswith("multipart/form-data"):
-        raise bad_request("The request must be multipart/form-data with the audio in a 'file' "
-                          "field.", "invalid_content_type")
+        raise bad_request(f"The request must be multipart/form-data with {what}.",
+                          "invalid_content_type")
     m = re.search(r'boundary="?([^";]+)"?', content_type, re.I)
     if not m or len(m.group(1)) > 200:
         raise bad_request("The multipart Content-Type has no boundary.", "invalid_content_type")
@@ -112,11 +113,18 @@ class Producer:
 class MultipartUpload:
     """Parses a multipart/form-data body as it streams past (see module doc).
 
+    `file_fields` names the parts that carry the main file (the first one
+    found is `file`; at least one is required), `what` describes it in
+    errors, and `sniff` keeps the file's first bytes (audio length).
     feed() and finish() raise RelayError(400) for a malformed body.
     """
 
-    def __init__(self, content_type: str, length: int | None):
-        self.boundary = boundary_of(content_type)
+    def __init__(self, content_type: str, length: int | None, file_fields=("file",),
+                 what: str = "the audio", sniff: bool = True):
+        self.file_fields = tuple(file_fields)
+        self.what = what
+        self.sniff = sniff
+        self.boundary = boundary_of(content_type, f"{what} in the '{self.file_fields[0]}' field")
         self.content_type = content_type
         self.client_length = length
         self.pipe = UploadPipe()
@@ -145,9 +153,9 @@ class MultipartUpload:
     @property
     def ready(self) -> bool:
         """Enough is known to start the upstream call: the model, and the
-        file's header (or the whole file)."""
+        file's header (or the whole file) when its length is read from it."""
         return bool(self.model) and self.file is not None and (
-            self.file_done or len(self._head) >= SNIFF_BYTES
+            not self.sniff or self.file_done or len(self._head) >= SNIFF_BYTES
             or audio_length.header_complete(bytes(self._head)))
 
     def audio_seconds(self) -> float | None:
@@ -177,8 +185,11 @@ class MultipartUpload:
         self._buf += data
         self._parse()
 
-    def finish(self) -> None:
-        """The client's body is complete."""
+    def finish(self, check=None, default_model: str | None = None) -> None:
+        """The client's body is complete.  `check(fields)` validates the
+        fields (raising RelayError) before the upstream may see the end of
+        the body: once it has, a refusal could no longer stop a charge.
+        `default_model` stands in for a missing model field."""
         self._parse()
         if self._state != "epilogue":
             raise bad_request("The multipart body ended before its closing boundary.",
@@ -186,13 +197,20 @@ class MultipartUpload:
         if self._buf:
             self._pass(bytes(self._buf), keep=True)
             self._buf.clear()
-        self.ended = True
-        self.pipe.end()
         if self.file is None:
-            raise bad_request("The upload has no 'file' field with the audio.", "missing_file",
-                              "file")
+            field = self.file_fields[0]
+            raise bad_request(f"The upload has no '{field}' field with {self.what}.",
+                              "missing_file", field)
+        if not self.model and default_model and "model" not in self.fields:
+            # The model part is written per attempt anyway (producer()).
+            self.fields["model"] = default_model
+            self._model_dropped = True
         if not self.model:
             raise bad_request("You must provide a model parameter.", "missing_model", "model")
+        if check is not None:
+            check(self.fields)
+        self.ended = True
+        self.pipe.end()
 
     def _pass(self, data: bytes, keep: bool) -> None:
         start = self._vpos
@@ -267,7 +285,7 @@ class MultipartUpload:
         else:
             part["drop"] = False
             self._pass(held, keep=True)
-        if name == "file" and filename is not None and self.file is None:
+        if name in self.file_fields and filename is not None and self.file is None:
             part["file"] = True
             self.file = {"name": name, "filename": filename, "content_type": ctype, "size": 0}
         self._part = part
@@ -280,7 +298,7 @@ class MultipartUpload:
         self._pass(data, keep=not part["drop"])
         if part["file"]:
             self.file["size"] += len(data)
-            room = SNIFF_BYTES - len(self._head)
+            room = SNIFF_BYTES - len(self._head) if self.sniff else 0
             if room > 0:
                 self._head += data[:room]
         elif part["filename"] is None:

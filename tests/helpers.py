@@ -161,6 +161,31 @@ class Api:
         return self.post("/api/token/", body)["data"]
 
 
+def multipart(parts, boundary: str = "----relaytestboundary",
+              file_type: str = "audio/wav") -> tuple[bytes, str]:
+    """A multipart/form-data body built by hand (field order, framing and
+    chunking under the test's control): parts are (name, bytes, filename or
+    None).  Returns (body, Content-Type)."""
+    out = b""
+    for name, value, filename in parts:
+        disp = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        ctype = f"Content-Type: {file_type}\r\n" if filename else ""
+        out += f"--{boundary}\r\nContent-Disposition: {disp}\r\n{ctype}\r\n".encode()
+        out += value + b"\r\n"
+    out += f"--{boundary}--\r\n".encode()
+    return out, f"multipart/form-data; boundary={boundary}"
+
+
+def recv_all(sock) -> bytes:
+    """Everything the peer sends until it closes the connection."""
+    reply = b""
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            return reply
+        reply += data
+
+
 def eventually(fn, timeout: float = 5.0, interval: float = 0.1):
     """Retry fn until it stops raising AssertionError (usage is written in batches)."""
     deadline = time.monotonic() + timeout

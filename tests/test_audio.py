@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from tests.fakes.media_upstream import FakeMedia, make_wav, speech_bytes
+from tests.helpers import multipart, recv_all
 from tests.tenant import Tenant
 
 pytestmark = pytest.mark.slow
@@ -114,22 +115,11 @@ def test_transcription_billed_by_tokens_when_reported(setup, admin):
     assert t.spent_since(before) == 110
 
 
-def _multipart(parts, boundary="----relaytestboundary"):
-    out = b""
-    for name, value, filename in parts:
-        disp = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
-        ctype = "Content-Type: audio/wav\r\n" if filename else ""
-        out += (f"--{boundary}\r\nContent-Disposition: {disp}\r\n{ctype}\r\n").encode()
-        out += value + b"\r\n"
-    out += f"--{boundary}--\r\n".encode()
-    return out, f"multipart/form-data; boundary={boundary}"
-
-
 def test_transcription_model_after_file_and_chunked_upload(setup, admin, fake):
     """curl -F puts fields in the order given; a chunked upload has no length."""
     t = Tenant(admin, setup.url)
     before = t.balances()
-    body, ctype = _multipart([("file", WAV, "late.wav"), ("response_format", b"json", None),
+    body, ctype = multipart([("file", WAV, "late.wav"), ("response_format", b"json", None),
                               ("model", b"stt-alias", None)])
 
     def gen():
@@ -151,7 +141,7 @@ def test_transcription_upload_flows_before_the_client_is_done(setup, admin, fake
     t = Tenant(admin, setup.url)
     before = t.balances()
     big = make_wav(20.0)  # 320 KB
-    body, ctype = _multipart([("model", b"whisper-1", None), ("file", big, "big.wav")])
+    body, ctype = multipart([("model", b"whisper-1", None), ("file", big, "big.wav")])
     head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             f"Authorization: Bearer {t.key}\r\nContent-Type: {ctype}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
@@ -164,12 +154,7 @@ def test_transcription_upload_flows_before_the_client_is_done(setup, admin, fake
             time.sleep(0.05)
         seen_while_waiting = fake.receiving
         s.sendall(body[half:])
-        reply = b""
-        while True:
-            data = s.recv(65536)
-            if not data:
-                break
-            reply += data
+        reply = recv_all(s)
     assert seen_while_waiting >= half // 2, "the upload did not flow through"
     status, _, rest = reply.partition(b"\r\n")
     assert b" 200 " in status, reply[:500]
@@ -318,7 +303,7 @@ def test_transcription_client_leaving_mid_upload_costs_nothing(setup, admin, fak
     t = Tenant(admin, setup.url)
     before = t.balances()
     big = make_wav(20.0)
-    body, ctype = _multipart([("model", b"whisper-1", None), ("file", big, "big.wav")])
+    body, ctype = multipart([("model", b"whisper-1", None), ("file", big, "big.wav")])
     head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             f"Authorization: Bearer {t.key}\r\nContent-Type: {ctype}\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode()

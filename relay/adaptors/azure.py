@@ -26,7 +26,9 @@ DEFAULT_RESPONSES_VERSION = "2025-04-01-preview"
 class AzureAdaptor(OpenAIAdaptor):
     type = "azure"
     native = "openai"
-    endpoints = frozenset({"chat", "embeddings", "responses", "responses_compact"})
+    # What Azure OpenAI deploys besides chat (it has no moderations or rerank).
+    endpoints = frozenset({"chat", "embeddings", "completions", "image_edits", "translations",
+                           "responses", "responses_compact"})
 
     @staticmethod
     def _base(channel) -> str:

@@ -1,6 +1,7 @@
-"""OpenAI-format upstreams (type "openai"): chat, embeddings, the
-OpenAI-shaped media endpoints and the Responses API (the Responses wire is
-in relay/adaptors/openai_responses.py).
+"""OpenAI-format upstreams (type "openai"): chat, embeddings, legacy
+completions, moderations, rerank (the Jina/Cohere /v1/rerank that
+OpenAI-compatible servers expose), the OpenAI-shaped media endpoints and the
+Responses API (the Responses wire is in relay/adaptors/openai_responses.py).
 
 Requests pass through with every field the client sent; the adaptor only
 maps the model name, asks for streaming usage, and smooths over reasoning
@@ -13,6 +14,7 @@ import math
 import re
 
 from relay import sse
+from relay.adaptors import openai_answers
 from relay.adaptors import openai_responses as wire
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest, generic_error,
                                  join_url)
@@ -22,7 +24,9 @@ from relay.pricing import Usage
 
 _PATHS = {"chat": "/chat/completions", "embeddings": "/embeddings",
           "images": "/images/generations", "transcriptions": "/audio/transcriptions",
-          "speech": "/audio/speech", "responses": "/responses",
+          "speech": "/audio/speech", "completions": "/completions",
+          "moderations": "/moderations", "rerank": "/rerank", "image_edits": "/images/edits",
+          "translations": "/audio/translations", "responses": "/responses",
           "responses_compact": "/responses/compact"}
 RESPONSES = ("responses", "responses_compact")
 
@@ -93,6 +97,8 @@ class BinaryStream(StreamReader):
 def delta_text(chunk: dict) -> str:
     out = []
     for choice in chunk.get("choices") or ():
+        if isinstance(choice.get("text"), str):  # a legacy completion chunk
+            out.append(choice["text"])
         delta = choice.get("delta") or {}
         if delta.get("content"):
             out.append(delta["content"])
@@ -105,15 +111,20 @@ def delta_text(chunk: dict) -> str:
     return "".join(out)
 
 
-def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict) -> dict:
-    body = dict(body)
-    body["model"] = upstream_model
-    # Ask for streaming usage even when the client did not (we bill from it),
-    # unless the channel says its upstream rejects stream_options.
+def ask_stream_usage(body: dict, channel_options: dict) -> dict:
+    """Ask for streaming usage even when the client did not (we bill from
+    it), unless the channel says its upstream rejects stream_options."""
     if body.get("stream") and channel_options.get("stream_usage", True):
         opts = dict(body.get("stream_options") or {})
         opts["include_usage"] = True
         body["stream_options"] = opts
+    return body
+
+
+def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict) -> dict:
+    body = dict(body)
+    body["model"] = upstream_model
+    ask_stream_usage(body, channel_options)
     if REASONING.match(upstream_model):
         if "max_tokens" in body and "max_completion_tokens" not in body:
             body["max_completion_tokens"] = body.pop("max_tokens")
@@ -209,7 +220,7 @@ class OpenAIAdaptor(Adaptor):
 
     def request(self, call: Call, channel) -> UpstreamRequest:
         headers = self.headers(channel)
-        if call.endpoint == "transcriptions":
+        if "upload" in call.extra:
             # The multipart upload streams through (relay/upload.py), with
             # its model field rewritten to this channel's model name.
             upload = call.extra["upload"]
@@ -226,6 +237,8 @@ class OpenAIAdaptor(Adaptor):
         else:
             body["model"] = call.upstream_model
             endpoint = call.endpoint
+            if call.endpoint == "completions":
+                ask_stream_usage(body, channel.options)
         return UpstreamRequest("POST", self.url(channel, call, endpoint), headers,
                                json.dumps(body, ensure_ascii=False).encode())
 
@@ -249,14 +262,19 @@ class OpenAIAdaptor(Adaptor):
         return OpenAIStream(keep_raw=raw, lazy=raw and call.upstream_model == call.model)
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
-        if call.endpoint == "transcriptions":
+        if call.endpoint in ("transcriptions", "translations"):
             return transcript_usage(call, body)
         if call.extra.get("wire") == "responses":
             if call.face == "responses":
                 return wire.parse_passthrough(call, body)
             return wire.parse_for_chat(call, body)
         doc = json.loads(body)
-        return doc, usage_from(doc.get("usage")) if isinstance(doc, dict) else None
+        usage = usage_from(doc.get("usage")) if isinstance(doc, dict) else None
+        if call.endpoint in openai_answers.PARSERS:
+            if not isinstance(doc, dict):
+                raise ValueError("the answer is not a JSON object")
+            return openai_answers.PARSERS[call.endpoint](call, doc, usage)
+        return doc, usage
 
     def error(self, status: int, body: bytes) -> RelayError:
         err = generic_error(status, body)

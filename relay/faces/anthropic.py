@@ -85,14 +85,3 @@ def render(call: Call, doc: dict) -> dict:
     if isinstance(native, dict):
         return dict(native, model=call.model)
     return conv.message_from_openai(doc, call.model)
-
-
-def model_info(model: str) -> dict:
-    return {"type": "model", "id": model, "display_name": model,
-            "created_at": "2025-01-01T00:00:00Z"}
-
-
-def model_list(models: list[str]) -> dict:
-    data = [model_info(m) for m in models]
-    return {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None}

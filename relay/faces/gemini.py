@@ -129,18 +129,3 @@ def render(call: Call, doc: dict) -> dict:
     if call.endpoint == "embeddings":
         return embed.response_from_openai(doc, call.extra.get("gemini_method", "embedContent"))
     return conv.response_from_openai(doc, call.model)
-
-
-def model_info(model: str) -> dict:
-    embedding = "embed" in model
-    return {"name": f"models/{model}", "baseModelId": model, "version": "001",
-            "displayName": model, "description": "",
-            "inputTokenLimit": 1048576, "outputTokenLimit": 8192 if not embedding else 1,
-            "supportedGenerationMethods": (["embedContent", "batchEmbedContents"] if embedding
-                                           else ["generateContent", "streamGenerateContent",
-                                                 "countTokens"])}
-
-
-def model_list(models: list[str]) -> dict:
-    return {"models": [model_info(m) for m in models]}
-

@@ -1,4 +1,5 @@
-"""The OpenAI face for media: images, speech and transcriptions.
+"""The OpenAI face for media: images (generations and edits), speech,
+transcriptions and translations.
 
 Same shape as relay/faces/openai.py (parse_*, StreamWriter, render), with
 one difference: speech is a binary stream, not server-sent events, so the
@@ -7,11 +8,14 @@ with the upstream's own content type.
 
 Billing units (`call.extra["units"]`, what pricing.cost multiplies a call
 price by):
-    images          n, the number of images asked for
+    images          n, the number of images asked for (generations and edits)
     speech          characters of `input`
     transcriptions  seconds of audio, rounded up: the upstream's duration, else read
-                    from the file (relay/audio_length.py: WAV, MP3, FLAC), else 1
+    translations    from the file (relay/audio_length.py: WAV, MP3, FLAC), else 1
                     (per call); token usage, when reported, is billed per token
+Image edits, transcriptions and translations are multipart uploads that
+stream through (relay/upload.py); their fields are checked here twice: the
+ones known when the call starts, and all of them before the upload ends.
 """
 from __future__ import annotations
 
@@ -24,6 +28,9 @@ FAMILY = "openai"
 IMAGE_FORMATS = ("url", "b64_json")
 SPEECH_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 TRANSCRIPT_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
+TRANSLATION_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+# OpenAI's default model for image edits when the field is left out.
+IMAGE_EDIT_DEFAULT_MODEL = "dall-e-2"
 # OpenAI's own limits; checked here so that a bad call costs nothing.
 MAX_IMAGES = 10
 MAX_SPEECH_CHARS = 4096
@@ -93,11 +100,12 @@ def parse_speech(request_id: str, raw: bytes) -> Call:
                 raw=raw, native_body=doc, stream=True, extra={"units": len(text)})
 
 
-def check_transcription_fields(fields: dict) -> None:
+def check_transcription_fields(fields: dict, final: bool = False,
+                               formats: tuple = TRANSCRIPT_FORMATS) -> None:
     """Validate the small fields of a transcription upload (the file aside)."""
     fmt = fields.get("response_format")
-    if fmt is not None and fmt not in TRANSCRIPT_FORMATS:
-        raise bad_request(f"'response_format' must be one of {', '.join(TRANSCRIPT_FORMATS)}.",
+    if fmt is not None and fmt not in formats:
+        raise bad_request(f"'response_format' must be one of {', '.join(formats)}.",
                           "invalid_value", "response_format")
     temp = fields.get("temperature")
     if temp is not None:
@@ -108,6 +116,40 @@ def check_transcription_fields(fields: dict) -> None:
         if not ok:
             raise bad_request("'temperature' must be a number from 0 to 1.", "invalid_value",
                               "temperature")
+
+
+def check_translation_fields(fields: dict, final: bool = False) -> None:
+    check_transcription_fields(fields, final, TRANSLATION_FORMATS)
+
+
+def check_image_edit_fields(fields: dict, final: bool = False) -> None:
+    """Validate the text fields of an image edit upload.  `final`: all of
+    them have arrived (a prompt may follow the images)."""
+    if final and not (fields.get("prompt") or "").strip():
+        raise bad_request("'prompt' must be a non-empty string.", "missing_prompt", "prompt")
+    image_edit_count(fields)
+    fmt = fields.get("response_format")
+    if fmt is not None and fmt not in IMAGE_FORMATS:
+        raise bad_request("'response_format' must be 'url' or 'b64_json'.", "invalid_value",
+                          "response_format")
+    if (fields.get("stream") or "").strip().lower() in ("true", "1"):
+        raise bad_request("Streamed image edits are not supported; leave out 'stream'.",
+                          "unsupported_value", "stream")
+
+
+def image_edit_count(fields: dict) -> int:
+    """The number of images an edit asks for (the billing unit): 'n', 1 by default."""
+    raw = fields.get("n")
+    if raw is None or raw == "":
+        return 1
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_IMAGES:
+        raise bad_request(f"'n' must be a whole number from 1 to {MAX_IMAGES}.", "invalid_value",
+                          "n")
+    return n
 
 
 class StreamWriter:

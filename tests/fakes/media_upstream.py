@@ -8,13 +8,19 @@ It is FakeOpenAI (same failure modes by path prefix, same request log) plus:
                                    the WAV with the stdlib `wave` module and
                                    answers in the asked response_format
                                    (duration only in verbose_json, as OpenAI)
+    POST /v1/audio/translations    the same, as OpenAI translates: English text,
+                                   task "translate", no usage in any format
+    POST /v1/images/edits          multipart: 'image' or 'image[]' (PNG only, as
+                                   dall-e-2 wants), optional 'mask' (PNG), a
+                                   prompt; answers like generations (gpt-image-*:
+                                   b64_json and token usage counting the images)
     POST /v1/audio/speech          streams deterministic audio bytes in
                                    chunks, with the format's content type;
                                    an input containing BREAK_MID_STREAM
                                    resets the connection half way
 
-Everything a transcription upload carried is kept in `uploads` (fields,
-file name, size, sha256, and how the body was framed).
+Everything an upload carried is kept in `uploads` (fields, file name, size,
+sha256, and how the body was framed; for image edits every file part).
 """
 from __future__ import annotations
 
@@ -78,6 +84,8 @@ class TranscriptionHandler(tornado.web.RequestHandler):
     """Reads the body as it arrives, so a test can see an upload flowing
     through the relay before its client has finished sending it."""
 
+    task, verb = "transcribe", "Transcribed"
+
     def initialize(self, fake):
         self.fake = fake
         self.chunks = []
@@ -119,16 +127,16 @@ class TranscriptionHandler(tornado.web.RequestHandler):
         except (wave.Error, EOFError):
             return _err(self, 400, "Invalid file format. Supported formats: ['wav', 'mp3']",
                         "invalid_request_error")
-        text = f"Transcribed {seconds:.2f} seconds of audio."
+        text = f"{self.verb} {seconds:.2f} seconds of audio."
         fmt = (fields.get("response_format") or ["json"])[0]
         if fmt == "verbose_json":
-            return self.finish({"task": "transcribe", "language": "english",
+            return self.finish({"task": self.task, "language": "english",
                                 "duration": seconds, "text": text,
                                 "segments": [{"id": 0, "start": 0.0, "end": seconds,
                                               "text": text}]})
         if fmt == "json":
             doc = {"text": text}
-            if model.startswith("gpt-4o"):
+            if model.startswith("gpt-4o") and self.task == "transcribe":
                 doc["usage"] = {"type": "tokens", "input_tokens": 20, "output_tokens": 10,
                                 "total_tokens": 30,
                                 "input_token_details": {"text_tokens": 0, "audio_tokens": 20}}
@@ -139,6 +147,54 @@ class TranscriptionHandler(tornado.web.RequestHandler):
         if fmt == "vtt":
             return self.finish(f"WEBVTT\n\n00:00:00.000 --> {_stamp(seconds, '.')}\n{text}\n\n")
         self.finish(text + "\n")
+
+
+class TranslationHandler(TranscriptionHandler):
+    task, verb = "translate", "Translated"
+
+
+class ImageEditHandler(_Base):
+    def post(self, mode=None):
+        if self._finished:
+            return
+        req = self.request
+        args, filemap = {}, {}
+        tornado.httputil.parse_body_arguments(req.headers.get("Content-Type", ""), req.body, args,
+                                              filemap)
+        fields = {k: [v.decode() for v in vs] for k, vs in args.items()}
+        images = (filemap.get("image") or []) + (filemap.get("image[]") or [])
+        masks = filemap.get("mask") or []
+        self.fake.uploads.append({
+            "fields": fields, "content_length": req.headers.get("Content-Length"),
+            "transfer_encoding": req.headers.get("Transfer-Encoding"), "body_size": len(req.body),
+            "files": [{"name": name, "filename": f.filename, "size": len(f.body),
+                       "sha256": hashlib.sha256(f.body).hexdigest()}
+                      for name, fs in filemap.items() for f in fs]})
+        if not images:
+            return _err(self, 400, "Missing required parameter: 'image'.", "invalid_request_error")
+        prompt = (fields.get("prompt") or [""])[0]
+        if not prompt:
+            return _err(self, 400, "Missing required parameter: 'prompt'.", "invalid_request_error")
+        if any(not f.body.startswith(b"\x89PNG") for f in images + masks):
+            return _err(self, 400, "Invalid input image - format must be in ['png'].",
+                        "invalid_request_error", "invalid_image_format")
+        if "FORBIDDEN_WORD" in prompt:
+            return _err(self, 400, "Your request was rejected as a result of our safety system.",
+                        "invalid_request_error", "content_policy_violation")
+        model = (fields.get("model") or ["dall-e-2"])[0]
+        n = int((fields.get("n") or ["1"])[0])
+        b64 = model.startswith("gpt-image") or fields.get("response_format") == ["b64_json"]
+        data = [{"b64_json": base64.b64encode(PNG_1PX).decode()} if b64 else
+                {"url": f"http://127.0.0.1:{self.fake.port}/files/edit-{i}.png"} for i in range(n)]
+        doc = {"created": int(time.time()), "data": data}
+        if model.startswith("gpt-image"):
+            # Input images are billed as image tokens, as OpenAI reports them.
+            image_tokens = 65 * len(images)
+            doc["usage"] = {"input_tokens": 20 + image_tokens, "output_tokens": 1000 * n,
+                            "total_tokens": 20 + image_tokens + 1000 * n,
+                            "input_tokens_details": {"text_tokens": 20,
+                                                     "image_tokens": image_tokens}}
+        self.finish(doc)
 
 
 def _stamp(seconds: float, sep: str) -> str:
@@ -176,6 +232,8 @@ class FakeMedia(FakeOpenAI):
         self.speech_bytes_per_char = speech_bytes_per_char
         self.extra_handlers = [("/images/generations", ImagesHandler),
                                ("/audio/transcriptions", TranscriptionHandler),
+                               ("/audio/translations", TranslationHandler),
+                               ("/images/edits", ImageEditHandler),
                                ("/audio/speech", SpeechHandler)]
 
 
