@@ -80,7 +80,8 @@ class GeminiAdaptor(Adaptor):
                     call.body, call.upstream_model)
             url = self.url(channel, call.upstream_model, method)
         else:
-            body = call.native_body if native else conv.request_from_openai(call.body)
+            body = call.native_body if native else conv.request_from_openai(call.body,
+                                                                            call.upstream_model)
             method = "streamGenerateContent" if call.stream else "generateContent"
             url = self.url(channel, call.upstream_model, method)
             if call.stream:

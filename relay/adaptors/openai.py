@@ -4,6 +4,11 @@ OpenAI-shaped media endpoints.
 Requests pass through with every field the client sent; the adaptor only
 maps the model name, asks for streaming usage, and smooths over reasoning
 models' parameter quirks where the channel asks it to.
+
+A `reasoning_effort` converted from another format (Anthropic thinking,
+Gemini thinkingConfig) goes only to models that take it (o-series, gpt-5);
+channel option `reasoning_effort`: "auto" (that rule), "always" (an
+OpenAI-compatible upstream whose other models take it too) or "never".
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ _PATHS = {"chat": "/chat/completions", "embeddings": "/embeddings",
 
 # o1, o3, o4-mini, gpt-5...: want max_completion_tokens, reject temperature.
 REASONING = re.compile(r"^(o\d|gpt-5)")
+# o-series models know low, medium and high; gpt-5 also minimal.
+O_SERIES = re.compile(r"^o\d")
 # The first o1 models reject the system role outright.
 NO_SYSTEM = re.compile(r"^o1(-mini|-preview)?(-\d{4}-\d{2}-\d{2})?$")
 
@@ -100,9 +107,26 @@ def delta_text(chunk: dict) -> str:
     return "".join(out)
 
 
-def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict) -> dict:
+def _reasoning_effort(body: dict, upstream_model: str, mode: str, converted: bool) -> None:
+    """A client's own reasoning_effort passes as sent (pass-through); one
+    converted from another format is dropped where the model takes none
+    (OpenAI refuses it there with a 400)."""
+    if "reasoning_effort" not in body:
+        return
+    if mode == "never" or (mode != "always" and converted and not REASONING.match(upstream_model)):
+        body.pop("reasoning_effort")
+    elif converted and O_SERIES.match(upstream_model) and body["reasoning_effort"] == "minimal":
+        body["reasoning_effort"] = "low"
+
+
+def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict,
+                      converted: bool = False) -> dict:
+    """The chat body for the upstream; `converted` when the call came in
+    another format (its fields were set by a converter, not the client)."""
     body = dict(body)
     body["model"] = upstream_model
+    _reasoning_effort(body, upstream_model, channel_options.get("reasoning_effort") or "auto",
+                      converted)
     # Ask for streaming usage even when the client did not (we bill from it),
     # unless the channel says its upstream rejects stream_options.
     if body.get("stream") and channel_options.get("stream_usage", True):
@@ -197,7 +221,8 @@ class OpenAIAdaptor(Adaptor):
                                    body_producer=upload.producer(call.upstream_model))
         body = dict(call.body)
         if call.endpoint == "chat":
-            body = prepare_chat_body(body, call.upstream_model, channel.options)
+            body = prepare_chat_body(body, call.upstream_model, channel.options,
+                                     converted=call.face != self.native)
         else:
             body["model"] = call.upstream_model
         headers["Content-Type"] = "application/json"

@@ -67,6 +67,39 @@ def parse_args(arguments: Any) -> Any:
     return value if isinstance(value, dict) else {"value": value}
 
 
+# The canonical (OpenAI chat) reasoning efforts.  Vendors' own scales map
+# onto these: Anthropic's output_config.effort (xhigh and max are "high"
+# here), thinking budgets in tokens (Anthropic, Gemini 2.5), Gemini 3's
+# thinkingLevel.
+EFFORTS = ("minimal", "low", "medium", "high")
+_EFFORT_ALIASES = {"none": "minimal", "xhigh": "high", "max": "high"}
+
+
+def canonical_effort(value: Any) -> str | None:
+    """A reasoning effort from any vendor's scale -> one of EFFORTS, or None."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip().lower()
+    value = _EFFORT_ALIASES.get(value, value)
+    return value if value in EFFORTS else None
+
+
+def effort_from_budget(budget: Any) -> str | None:
+    """A thinking budget in tokens -> a canonical effort.  The thresholds
+    sit between the budgets the converters send for each effort, so an
+    effort survives a round trip through a budget.  None for no number or
+    Gemini's -1 (dynamic: the model decides)."""
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+        return None
+    if budget < 1024:  # Anthropic's smallest budget; Gemini's 0 turns thinking off
+        return "minimal"
+    if budget < 2048:
+        return "low"
+    if budget <= 8192:
+        return "medium"
+    return "high"
+
+
 def split_data_url(url: str) -> tuple[str, str] | None:
     """'data:image/png;base64,AAAA' -> ('image/png', 'AAAA'); None if not one."""
     if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
