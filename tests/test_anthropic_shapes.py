@@ -37,6 +37,8 @@ def env(relay, admin):
     e.channel("anthropic", "claude-raw")
     e.channel("anthropic", "claude-extra-beta", options={"anthropic_beta": "extra-2099-01-01"})
     e.channel("anthropic", "claude-no-count", mode="no_count_tokens")
+    e.channel("openai", "gpt4o-plain", upstream="gpt-4o")
+    e.channel("openai", "gpt4o-capped", upstream="gpt-4o", options={"max_output_tokens": 16384})
     yield e
     e.stop()
 
@@ -373,6 +375,24 @@ def test_gemini_thinking_config_becomes_anthropic_thinking(env):
     assert parts[0].thought is True and parts[0].text == fa.THINKING_TEXT
     assert r.text == fa.DEFAULT_TEXT
     env.check_billed(tok, 25, 7, 4)
+
+
+def test_output_limit_capped_for_the_channel(env):
+    """Claude Code asks for max_tokens 128000, more than a gpt-4o takes: the
+    channel option max_output_tokens cuts it; without it the upstream's 400
+    reaches the client in Anthropic's body."""
+    tok = env.token()
+    c = client(env, tok["key"])
+    args = dict(max_tokens=128000, messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(anthropic.BadRequestError) as ei:
+        with c.messages.stream(model="gpt4o-plain", **args) as s:
+            s.get_final_message()
+    assert "max_tokens is too large" in ei.value.body["error"]["message"]
+    with c.messages.stream(model="gpt4o-capped", **args) as s:
+        msg = s.get_final_message()
+    assert msg.content[0].text == "Hello from the fake upstream."
+    assert last(env.openai)["body"]["max_tokens"] == 16384
+    env.check_billed(tok, 10, 3, n=2)  # the refused call is logged, free
 
 
 # ---- headers and query -------------------------------------------------------------

@@ -149,6 +149,15 @@ def test_openai_reasoning_effort_rules(model, mode, converted, want):
     assert body.get("reasoning_effort") == want
 
 
+def test_output_limit_cap_applies_to_converted_calls_only():
+    body = {"messages": [], "max_tokens": 128000}
+    opts = {"max_output_tokens": 16384}
+    assert prepare_chat_body(body, "gpt-4o", opts, converted=True)["max_tokens"] == 16384
+    assert prepare_chat_body(body, "gpt-4o", opts)["max_tokens"] == 128000
+    assert prepare_chat_body(body, "o3", opts, converted=True)["max_completion_tokens"] == 16384
+    assert body["max_tokens"] == 128000  # the call's own body is left alone
+
+
 def test_o_series_get_low_for_minimal():
     body = {"messages": [], "reasoning_effort": "minimal"}
     assert prepare_chat_body(body, "o4-mini", {}, converted=True)["reasoning_effort"] == "low"

@@ -11,14 +11,16 @@ Channel options: `anthropic_version` (default 2023-06-01; a client's own
 version wins); `auth: "bearer"` for Anthropic-compatible upstreams that
 want `Authorization: Bearer` instead of `x-api-key`; `anthropic_beta` (sent
 on every call, added to the client's own); `default_max_tokens` for
-converted calls that name none (Anthropic requires one; default 4096).
+converted calls that name none (Anthropic requires one; default 4096);
+`max_output_tokens` caps converted calls' max_tokens.
 """
 from __future__ import annotations
 
 import json
 
 from relay import tokenizer
-from relay.adaptors.base import Adaptor, Call, Chunk, StreamReader, UpstreamRequest, join_url
+from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
+                                 cap_output_tokens, join_url)
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import EventsToChunks
 from relay.convert.common import RawEvents, unreadable_is_value_error
@@ -122,7 +124,8 @@ class AnthropicAdaptor(Adaptor):
             # Anthropic requires max_tokens; OpenAI and Gemini clients may omit it.
             opts = channel.options or {}
             default = int(opts.get("default_max_tokens") or DEFAULT_MAX_TOKENS)
-            data = _dumps(conv.request_from_openai(call.body, call.upstream_model, default))
+            data = _dumps(conv.request_from_openai(cap_output_tokens(call.body, opts),
+                                                   call.upstream_model, default))
         return UpstreamRequest("POST", self._url(call, channel, "/messages"),
                                self._headers(call, channel), data)
 

@@ -9,6 +9,8 @@ A `reasoning_effort` converted from another format (Anthropic thinking,
 Gemini thinkingConfig) goes only to models that take it (o-series, gpt-5);
 channel option `reasoning_effort`: "auto" (that rule), "always" (an
 OpenAI-compatible upstream whose other models take it too) or "never".
+Channel option `max_output_tokens` caps the output limit of calls converted
+from another format (see base.cap_output_tokens).
 """
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ import math
 import re
 
 from relay import sse
-from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest, generic_error,
-                                 join_url)
+from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
+                                 cap_output_tokens, generic_error, join_url)
 from relay.errors import RelayError
 from relay.pricing import Usage
 
@@ -123,7 +125,7 @@ def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict,
                       converted: bool = False) -> dict:
     """The chat body for the upstream; `converted` when the call came in
     another format (its fields were set by a converter, not the client)."""
-    body = dict(body)
+    body = cap_output_tokens(body, channel_options) if converted else dict(body)
     body["model"] = upstream_model
     _reasoning_effort(body, upstream_model, channel_options.get("reasoning_effort") or "auto",
                       converted)

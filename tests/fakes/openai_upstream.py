@@ -19,8 +19,9 @@ The request body may steer the answer (the relay passes unknown fields on):
     fake_text    the reply text (default "Hello from the fake upstream.")
 Models named o1, o1-mini, o1-preview reject a system message with 400, as
 OpenAI does; `reasoning_effort` is refused with 400 by models that are not
-reasoning models (o-series, gpt-5), as OpenAI does; a message containing
-CONTEXT_TOO_LONG gets the 400 context_length_exceeded error.
+reasoning models (o-series, gpt-5), as OpenAI does; gpt-4o models refuse an
+output limit over 16384 tokens; a message containing CONTEXT_TOO_LONG gets
+the 400 context_length_exceeded error.
 
 Tools follow the script in tests/fakes/agent_script.py: a tool call while
 tools are offered and the last message is not a tool result, then text
@@ -102,6 +103,11 @@ class ChatHandler(_Base):
             return _err(self, 400, "Unsupported parameter: 'reasoning_effort' is not supported "
                                    "with this model.", "invalid_request_error",
                         "unsupported_parameter")
+        limit = b.get("max_completion_tokens") or b.get("max_tokens")
+        if model.startswith("gpt-4o") and isinstance(limit, int) and limit > 16384:
+            return _err(self, 400, f"max_tokens is too large: {limit}. This model supports at "
+                                   f"most 16384 completion tokens, whereas you provided {limit}.",
+                        "invalid_request_error", "invalid_value")
         last = msgs[-1] if msgs and isinstance(msgs[-1], dict) else {}
         turn = next_turn(self.fake, b.get("fake_text", DEFAULT_TEXT),
                          [(t.get("function") or {}).get("name", "f") for t in b.get("tools") or ()],
