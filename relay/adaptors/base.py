@@ -107,7 +107,8 @@ def cap_output_tokens(body: dict, options: dict | None) -> dict:
     """A converted call's canonical body with its output-token limit cut to
     the channel option `max_output_tokens`, when set: clients of another
     format ask for what their own vendor's models allow (Claude Code sends
-    max_tokens 128000), which the upstream's model may refuse outright."""
+    max_tokens 128000), which the upstream's model may refuse outright.
+    The body itself when there is nothing to cut: callers must not change it."""
     cap = (options or {}).get("max_output_tokens")
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
         return body

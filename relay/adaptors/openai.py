@@ -125,7 +125,7 @@ def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict,
                       converted: bool = False) -> dict:
     """The chat body for the upstream; `converted` when the call came in
     another format (its fields were set by a converter, not the client)."""
-    body = cap_output_tokens(body, channel_options) if converted else dict(body)
+    body = dict(cap_output_tokens(body, channel_options) if converted else body)
     body["model"] = upstream_model
     _reasoning_effort(body, upstream_model, channel_options.get("reasoning_effort") or "auto",
                       converted)
