@@ -106,8 +106,8 @@ def _every_shape() -> dict:
                 {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}},
                 {"type": "document", "title": "spec.pdf",
                  "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
-                {"type": "document", "source": {"type": "text", "media_type": "text/plain",
-                                                "data": "plain doc"}, "citations": {"enabled": True}},
+                {"type": "document", "citations": {"enabled": True},
+                 "source": {"type": "text", "media_type": "text/plain", "data": "plain doc"}},
                 {"type": "search_result", "source": "https://x.test", "title": "Result",
                  "content": [{"type": "text", "text": "found it"}]}]},
             {"role": "system", "content": "Environment block", "output_config": {"effort": "low"}},
@@ -368,8 +368,9 @@ def test_gemini_thinking_config_becomes_anthropic_thinking(env):
     g = genai.Client(api_key=tok["key"], http_options=types.HttpOptions(base_url=env.relay.url))
     r = g.models.generate_content(
         model="anthropic-model", contents="hi",
-        config=types.GenerateContentConfig(max_output_tokens=9000, thinking_config=types.ThinkingConfig(
-            thinking_budget=20000, include_thoughts=True)))
+        config=types.GenerateContentConfig(
+            max_output_tokens=9000,
+            thinking_config=types.ThinkingConfig(thinking_budget=20000, include_thoughts=True)))
     assert last(env.anthropic)["body"]["thinking"] == {"type": "enabled", "budget_tokens": 8999}
     parts = r.candidates[0].content.parts
     assert parts[0].thought is True and parts[0].text == fa.THINKING_TEXT

@@ -180,7 +180,8 @@ def _call(face="anthropic", **extra) -> Call:
 
 def test_anthropic_headers_and_query_pass_through():
     a = AnthropicAdaptor()
-    call = _call(anthropic_version="2026-10-21", anthropic_beta="b1,b2", anthropic_query="beta=true")
+    call = _call(anthropic_version="2026-10-21", anthropic_beta="b1,b2",
+                 anthropic_query="beta=true")
     req = a.request(call, _channel(anthropic_beta="b2, b3", anthropic_version="2023-06-01"))
     assert req.url == "http://up.test/v1/messages?beta=true" and req.body == b'{"raw": 1}'
     assert req.headers["anthropic-version"] == "2026-10-21"  # the client's wins

@@ -2,7 +2,8 @@
 whole answers and usage.
 
 Anthropic requests (validation, conversion to OpenAI) are in
-relay/convert/anthropic_request.py, re-exported here; streamed events in relay/convert/anthropic_stream.py.
+relay/convert/anthropic_request.py, re-exported here; streamed events in
+relay/convert/anthropic_stream.py.
 Anything one side cannot express is dropped rather than guessed (thinking
 signatures, cache_control, server tools), so a converted request is always
 one the other side accepts.

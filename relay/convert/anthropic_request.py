@@ -158,8 +158,9 @@ def _document_parts(block: dict) -> list[dict]:
                 for p in _block_parts(b)]
     if kind == "base64":
         mime = src.get("media_type") or "application/pdf"
-        return [{"type": "file", "file": {"filename": title if "." in title else title + ".pdf",
-                                          "file_data": f"data:{mime};base64,{src.get('data', '')}"}}]
+        return [{"type": "file", "file": {
+            "filename": title if "." in title else title + ".pdf",
+            "file_data": f"data:{mime};base64,{src.get('data', '')}"}}]
     if kind == "url":
         return [{"type": "text", "text": f"[{title}: {src.get('url', '')}]"}]
     return []

@@ -121,7 +121,8 @@ class _Base(tornado.web.RequestHandler):
         t = b["thinking"]
         if t["type"] == "enabled":
             if not isinstance(t.get("budget_tokens"), int) or t["budget_tokens"] < 1024:
-                return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+                return ("thinking.enabled.budget_tokens: Input should be greater than or "
+                        "equal to 1024")
             if need_max_tokens and t["budget_tokens"] >= b["max_tokens"]:
                 return "`max_tokens` must be greater than `thinking.budget_tokens`"
         if b.get("temperature") not in (None, 1, 1.0):
