@@ -21,6 +21,8 @@ from relay.faces import anthropic as face
 # Upstream answers passed on as they are: the count, or the upstream's own
 # verdict on a bad request (in Anthropic's error body already).
 _PASS = (200, 400, 413)
+# A count is quick; past this, our own estimate serves the client better.
+FIRST_BYTE_TIMEOUT = 15.0
 
 
 async def count_tokens(service, auth, call: Call, cancel) -> tuple[int, dict, bytes]:
@@ -37,7 +39,7 @@ async def count_tokens(service, auth, call: Call, cancel) -> tuple[int, dict, by
         call.upstream_model = channel.upstream_model(call.model)
         req = adaptor.count_tokens_request(call, channel)
         resp = await service.upstream.send(req.method, req.url, req.headers, req.body,
-                                           cancel=cancel)
+                                           cancel=cancel, first_byte_timeout=FIRST_BYTE_TIMEOUT)
         if resp.error is None and resp.status in _PASS:
             return resp.status, {"Content-Type": resp.headers.get(
                 "Content-Type", "application/json")}, resp.body

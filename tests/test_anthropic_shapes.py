@@ -37,6 +37,7 @@ def env(relay, admin):
     e.channel("anthropic", "claude-raw")
     e.channel("anthropic", "claude-extra-beta", options={"anthropic_beta": "extra-2099-01-01"})
     e.channel("anthropic", "claude-no-count", mode="no_count_tokens")
+    e.channel("anthropic", "claude-down", mode="500")
     e.channel("openai", "gpt4o-plain", upstream="gpt-4o")
     e.channel("openai", "gpt4o-capped", upstream="gpt-4o", options={"max_output_tokens": 16384})
     yield e
@@ -460,9 +461,10 @@ def test_count_tokens_falls_back_and_passes_errors(env):
     tok = env.token()
     c = client(env, tok["key"])
     # An Anthropic-compatible upstream without the endpoint: our estimate.
-    got = c.messages.count_tokens(model="claude-no-count",
-                                  messages=[{"role": "user", "content": "hello there"}])
-    assert 5 < got.input_tokens < 50
+    for model in ("claude-no-count", "claude-down"):  # ... or one that fails
+        got = c.messages.count_tokens(model=model,
+                                      messages=[{"role": "user", "content": "hello there"}])
+        assert 5 < got.input_tokens < 50
     # The upstream's verdict on a bad request reaches the client as it is.
     with pytest.raises(anthropic.BadRequestError) as ei:
         c.messages.count_tokens(model="claude-raw", thinking={"type": "enabled",
