@@ -257,6 +257,26 @@ def test_thinking_passes_through_byte_for_byte(env):
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_mapped_model_is_the_only_byte_renamed(env, stream):
+    """Through a channel that maps the model: the client reads the
+    upstream's exact bytes but for the model's name, streamed or not."""
+    tok = env.token()
+    body = {"max_tokens": 4000, "stream": stream, "tools": TOOLS,
+            "thinking": {"type": "enabled", "budget_tokens": 2048},
+            "messages": [{"role": "user", "content": "weather?"}]}
+    via = requests.post(env.relay.url + "/v1/messages", json=dict(body, model="anthropic-model"),
+                        headers={"x-api-key": tok["key"], "anthropic-version": "2023-06-01"},
+                        timeout=30)
+    direct = requests.post(env.anthropic.url + "/v1/messages",
+                           json=dict(body, model="anthropic-upstream-model"), timeout=30,
+                           headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    assert via.status_code == 200 and direct.content.count(b"anthropic-upstream-model") == 1
+    assert via.content == direct.content.replace(b'"model": "anthropic-upstream-model"',
+                                                 b'"model": "anthropic-model"')
+    env.check_billed(tok, 25, 7, 4)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_redacted_thinking_reaches_the_client(env, stream):
     tok = env.token()
     c = client(env, tok["key"])

@@ -269,6 +269,18 @@ def test_anthropic_count_tokens_offline():
         aface.parse_count_tokens("r", b'{"model": "m"}')
 
 
+def test_message_start_renamed_in_place():
+    raw = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"m",'
+           b'"content":[],"model":"up-model" ,"usage":{"input_tokens":1}}}\n\n')
+    assert aface.rename_start(raw, "up-model", "public") == raw.replace(b'"up-model"',
+                                                                        b'"public"')
+    # A first "model" key that is not the message's: re-encoded instead.
+    odd = (b'event: message_start\ndata: {"type":"message_start","x":{"model":"up-model"},'
+           b'"message":{"model":"up-model"}}\n\n')
+    out = json.loads(sse_payload(aface.rename_start(odd, "up-model", "public")))
+    assert out["message"]["model"] == "public" and out["x"]["model"] == "up-model"
+
+
 def test_raw_events_keep_exact_bytes_across_any_split():
     stream = (b'event: message_start\ndata: {"a":\ndata: 1}\n\n'
               b': keepalive\n\n'

@@ -23,7 +23,7 @@ from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamReq
                                  cap_output_tokens, join_url)
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import EventsToChunks
-from relay.convert.common import RawEvents, unreadable_is_value_error
+from relay.convert.common import RawEvents, renamed, unreadable_is_value_error
 from relay.pricing import Usage
 
 DEFAULT_VERSION = "2023-06-01"
@@ -145,4 +145,8 @@ class AnthropicAdaptor(Adaptor):
         out = conv.message_to_openai(doc, call.model), conv.usage_from(doc.get("usage"))
         if call.face == self.native:  # only once readable: a failed attempt leaves none
             call.extra["native_answer"] = doc  # rendered as it is, only renamed
+            if call.upstream_model != call.model:
+                call.extra["native_raw"] = renamed(
+                    body, call.upstream_model, call.model,
+                    lambda b: json.loads(b).get("model") == call.model)
         return out

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
-from typing import Any
+from typing import Any, Callable
 
 from relay import sse
 from relay.errors import bad_request
@@ -110,6 +111,19 @@ def split_data_url(url: str) -> tuple[str, str] | None:
 
 def dumps(doc: Any) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def renamed(raw: bytes, old: str, new: str, check: Callable[[bytes], bool]) -> bytes | None:
+    """`raw` with its first `"model": "<old>"` member naming `new` instead
+    and every other byte as the upstream sent it (pass-through renames
+    nothing else).  `check(result)` confirms the member was the right one;
+    None when it was not, or there is none: the caller re-encodes."""
+    pattern = rb'("model"\s*:\s*)' + re.escape(json.dumps(old).encode())
+    out, n = re.subn(pattern, lambda m: m.group(1) + json.dumps(new).encode(), raw, count=1)
+    try:
+        return out if n == 1 and check(out) else None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def sse_payload(raw: bytes) -> bytes:

@@ -15,7 +15,7 @@ from relay import sse, tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import ChunksToEvents
-from relay.convert.common import converted, sse_payload
+from relay.convert.common import converted, renamed, sse_payload
 from relay.errors import _ANTHROPIC_TYPE
 from relay.faces.openai import load_json, require_model
 
@@ -68,6 +68,17 @@ def estimate_tokens(call: Call) -> int:
     return tokenizer.count_messages(call.body["messages"], call.model, call.body.get("tools"))
 
 
+def rename_start(raw: bytes, old: str, new: str) -> bytes:
+    """A message_start event naming the public model, byte for byte else."""
+    out = renamed(raw, old, new,
+                  lambda b: json.loads(sse_payload(b))["message"]["model"] == new)
+    if out is not None:
+        return out
+    doc = json.loads(sse_payload(raw))
+    doc.get("message", {})["model"] = new
+    return sse.encode(doc, "message_start")
+
+
 class StreamWriter:
     """OpenAI chunks -> Anthropic SSE events; an Anthropic upstream's own
     events (chunk.raw) are written untouched."""
@@ -83,9 +94,7 @@ class StreamWriter:
             if self.call.upstream_model != self.call.model and \
                     chunk.raw.startswith(b"event: message_start"):
                 # The model name is the one thing renamed on the way back.
-                doc = json.loads(sse_payload(chunk.raw))
-                doc.get("message", {})["model"] = self.call.model
-                return sse.encode(doc, "message_start")
+                return rename_start(chunk.raw, self.call.upstream_model, self.call.model)
             return chunk.raw
         if chunk.data is None or self.passthrough:
             return b""
