@@ -264,15 +264,20 @@ def test_mapped_model_is_the_only_byte_renamed(env, stream):
     body = {"max_tokens": 4000, "stream": stream, "tools": TOOLS,
             "thinking": {"type": "enabled", "budget_tokens": 2048},
             "messages": [{"role": "user", "content": "weather?"}]}
-    via = requests.post(env.relay.url + "/v1/messages", json=dict(body, model="anthropic-model"),
-                        headers={"x-api-key": tok["key"], "anthropic-version": "2023-06-01"},
-                        timeout=30)
+    via = requests.post(env.relay.url + "/v1/messages",
+                        data=json.dumps(dict(body, model="anthropic-model"), indent=1).encode(),
+                        headers={"x-api-key": tok["key"], "anthropic-version": "2023-06-01",
+                                 "content-type": "application/json"}, timeout=30)
+    upstream_read = last(env.anthropic)["raw"]
     direct = requests.post(env.anthropic.url + "/v1/messages",
                            json=dict(body, model="anthropic-upstream-model"), timeout=30,
                            headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
     assert via.status_code == 200 and direct.content.count(b"anthropic-upstream-model") == 1
     assert via.content == direct.content.replace(b'"model": "anthropic-upstream-model"',
                                                  b'"model": "anthropic-model"')
+    # ... and the upstream read the client's exact bytes but for the model.
+    sent = json.dumps(dict(body, model="anthropic-model"), indent=1).encode()
+    assert upstream_read == sent.replace(b'"anthropic-model"', b'"anthropic-upstream-model"')
     env.check_billed(tok, 25, 7, 4)
 
 

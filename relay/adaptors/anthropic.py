@@ -113,9 +113,12 @@ class AnthropicAdaptor(Adaptor):
         return join_url(channel.base_url, path) + (f"?{query}" if query else "")
 
     def _native_bytes(self, call: Call) -> bytes:
+        """The client's own bytes, the model renamed in place when mapped."""
         if call.upstream_model == call.model and call.raw:
-            return call.raw  # the client's own bytes
-        return _dumps(dict(call.native_body, model=call.upstream_model))
+            return call.raw
+        out = renamed(call.raw, call.model, call.upstream_model,
+                      lambda b: json.loads(b).get("model") == call.upstream_model)
+        return out or _dumps(dict(call.native_body, model=call.upstream_model))
 
     def request(self, call: Call, channel) -> UpstreamRequest:
         if self._native(call):
