@@ -11,6 +11,7 @@ from __future__ import annotations
 from handlers.base import RelayHandler
 from handlers.fallback import NotFoundHandler
 from handlers.relay_openai import answer_models
+from relay.count_tokens import count_tokens
 from relay.faces import anthropic as aface
 from relay.faces import gemini as gface
 
@@ -35,8 +36,8 @@ class MessagesHandler(_AnthropicHeaders, _VendorRelay):
 
     async def post(self) -> None:
         auth = await self.auth()
-        call = aface.parse_messages(self.request_id, self.body,
-                                    self.request.headers.get("anthropic-beta"))
+        call = aface.parse_messages(self.request_id, self.body, self.request.headers,
+                                    self.request.query)
         await self.relay(auth, call)
 
 
@@ -45,9 +46,13 @@ class CountTokensHandler(_AnthropicHeaders, RelayHandler):
 
     async def post(self) -> None:
         auth = await self.auth()
-        model, n = aface.count_tokens(self.body)
-        self.ctx["service"].check_model(auth, model)
-        self.finish({"input_tokens": n})
+        call = aface.parse_count_tokens(self.request_id, self.body, self.request.headers,
+                                        self.request.query)
+        status, headers, body = await count_tokens(self.ctx["service"], auth, call, self.cancel)
+        self.set_status(status)
+        for name, value in headers.items():
+            self.set_header(name, value)
+        self.finish(body)
 
 
 class GenerateHandler(_VendorRelay):

@@ -265,8 +265,11 @@ class RelayService:
             return out
         out.body = doc
         out.headers = {"Content-Type": resp.headers.get("Content-Type", "application/json")}
-        if call.extra["wire"] == call.face and call.upstream_model == call.model:
-            out.raw = resp.body  # pass-through; a mapped model is renamed on render
+        if call.extra["wire"] == call.face:
+            # Pass-through: the upstream's bytes, or (a mapped model) the
+            # adaptor's copy renamed in place; else the face renders the doc.
+            out.raw = resp.body if call.upstream_model == call.model else \
+                call.extra.get("native_raw")
         return out
 
     async def _attempt_stream(self, call, channel, adaptor, sink, face, cancel) -> Outcome:

@@ -10,6 +10,8 @@ need=""
 command -v chromium >/dev/null 2>&1 || need="$need chromium"
 command -v chromedriver >/dev/null 2>&1 || need="$need chromium-driver"
 command -v wrk >/dev/null 2>&1 || need="$need wrk"
+# The Claude Code tests trace the CLI's connections to prove it stays on 127.0.0.1.
+command -v strace >/dev/null 2>&1 || need="$need strace"
 if [ -n "$need" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need

@@ -66,7 +66,9 @@ def test_native_passthrough_and_billing(env, old_style):
     assert up["body"]["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert up["body"]["metadata"] == {"user_id": "u-1"}
     assert up["headers"]["X-Api-Key"] == "upstream-key"
-    assert up["headers"]["Anthropic-Version"] == "2023-06-01"
+    # The client's own version goes upstream (2026-10-21 from anthropic 2.x).
+    assert up["headers"]["Anthropic-Version"] == c.default_headers["anthropic-version"] == \
+        ("2023-06-01" if old_style else "2026-10-21")
     assert "Authorization" not in up["headers"]
     # input 21 + cache read 4 = 25 prompt tokens, of which 4 cached.
     env.check_billed(tok, prompt=25, completion=7, cached=4)
@@ -302,7 +304,7 @@ def test_errors_use_anthropic_body(env):
     tok = env.token()
     c = client(env, tok["key"])
     with pytest.raises(anthropic.BadRequestError) as ei:
-        c.messages.create(model="anthropic-model", max_tokens=0,
+        c.messages.create(model="anthropic-model", max_tokens=-1,
                           messages=[{"role": "user", "content": "hi"}])
     body = ei.value.body
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"

@@ -18,9 +18,10 @@ import subprocess
 
 import pytest
 
-from tests.fakes.blackhole_proxy import BlackholeProxy
+from tests.fakes.anthropic_upstream import FakeAnthropic
+from tests.fakes.blackhole_proxy import BlackHoleProxy
+from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.fakes.scripted import ScriptedAnthropic, ScriptedGemini
 from tests.helpers import ROOT, Api
 from tests.vendor_env import PRICE, expected_units
 
@@ -44,8 +45,8 @@ if not os.path.exists(CODEX):
 
 @pytest.fixture(scope="module")
 def env(relay, admin):
-    fakes = {"openai": FakeOpenAI().start(), "anthropic": ScriptedAnthropic().start(),
-             "gemini": ScriptedGemini().start()}
+    fakes = {"openai": FakeOpenAI().start(), "anthropic": FakeAnthropic().start(),
+             "gemini": FakeGemini().start()}
     for model, (kind, fake, mode, options, _) in CHANNELS.items():
         base = fakes[fake].mode_url(mode) if mode else fakes[fake].url
         admin.create_channel(base, [model], name=model, type=kind, options=options)
@@ -53,7 +54,7 @@ def env(relay, admin):
     name = "codex" + secrets.token_hex(3)
     admin.create_user(name, quota=10 ** 12)
     user = Api.login(relay.url, name, "password123")
-    proxy = BlackholeProxy()
+    proxy = BlackHoleProxy().start()
     yield {"relay": relay, "admin": admin, "user": user, "fakes": fakes, "proxy": proxy}
     proxy.stop()
     for f in fakes.values():

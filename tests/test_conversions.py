@@ -58,7 +58,21 @@ def test_anthropic_request_to_openai():
 @pytest.mark.parametrize("doc, msg", [
     ({"model": "m", "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
     ({"model": "m", "max_tokens": 5, "messages": []}, "messages"),
-    ({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "role"),
+    ({"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]},
+     "messages.0.role"),
+    ({"model": "m", "max_tokens": -1, "messages": [{"role": "user", "content": "x"}]},
+     "max_tokens"),
+    ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "tool_use", "id": "t", "name": "f", "input": "{}"}]}]},
+     "messages.0.content.0.input"),
+    ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": [{"text": "x"}]}]}]},
+     "messages.0.content.0.content.0"),
+    ({"model": "m", "max_tokens": 5, "messages": [{"role": "system"}]}, "messages.0.content"),
+    ({"model": "m", "max_tokens": 5, "thinking": {"type": "enabled"},
+      "messages": [{"role": "user", "content": "x"}]}, "thinking.budget_tokens"),
+    ({"model": "m", "max_tokens": 5, "tools": [{"name": "f"}],
+      "messages": [{"role": "user", "content": "x"}]}, "tools.0.input_schema"),
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": 5}]}, "content"),
     ({"model": "m", "max_tokens": 5, "system": 3,
       "messages": [{"role": "user", "content": "x"}]}, "system"),
@@ -243,11 +257,28 @@ def test_anthropic_writer_error_and_passthrough():
 
 
 def test_anthropic_count_tokens_offline():
-    model, n = aface.count_tokens(json.dumps({"model": "m", "messages": [
-        {"role": "user", "content": "hello world"}]}).encode())
-    assert model == "m" and 5 < n < 30
+    call = aface.parse_count_tokens("r", json.dumps({"model": "m", "messages": [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hello world"}]}).encode(),
+        {"anthropic-beta": "b1"}, "beta=true&key=sk-secret")
+    assert call.model == "m" and 5 < aface.estimate_tokens(call) < 30
+    # Passed on as the client sent them, less a relay key in the query.
+    assert call.extra["anthropic_beta"] == "b1" and call.extra["anthropic_query"] == "beta=true"
+    assert "max_tokens" not in call.native_body
     with pytest.raises(RelayError):
-        aface.count_tokens(b'{"model": "m"}')
+        aface.parse_count_tokens("r", b'{"model": "m"}')
+
+
+def test_message_start_renamed_in_place():
+    raw = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"m",'
+           b'"content":[],"model":"up-model" ,"usage":{"input_tokens":1}}}\n\n')
+    assert aface.rename_start(raw, "up-model", "public") == raw.replace(b'"up-model"',
+                                                                        b'"public"')
+    # A first "model" key that is not the message's: re-encoded instead.
+    odd = (b'event: message_start\ndata: {"type":"message_start","x":{"model":"up-model"},'
+           b'"message":{"model":"up-model"}}\n\n')
+    out = json.loads(sse_payload(aface.rename_start(odd, "up-model", "public")))
+    assert out["message"]["model"] == "public" and out["x"]["model"] == "up-model"
 
 
 def test_raw_events_keep_exact_bytes_across_any_split():
@@ -270,6 +301,13 @@ def test_raw_events_keep_exact_bytes_across_any_split():
 def test_malformed_blocks_are_400_not_500():
     bad = json.dumps({"model": "m", "max_tokens": 5, "messages": [
         {"role": "user", "content": [{"type": "image", "source": "not-an-object"}]}]}).encode()
+    with pytest.raises(RelayError) as ei:
+        aface.parse_messages("r", bad)
+    assert ei.value.status == 400 and "messages.0.content.0.source" in ei.value.message
+    # A shape the validator does not look into is still the caller's 400.
+    bad = json.dumps({"model": "m", "max_tokens": 5, "messages": [
+        {"role": "user", "content": [{"type": "document",
+                                      "source": {"type": "content", "content": 5}}]}]}).encode()
     with pytest.raises(RelayError) as ei:
         aface.parse_messages("r", bad)
     assert ei.value.status == 400 and "malformed" in ei.value.message

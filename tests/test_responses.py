@@ -27,6 +27,9 @@ def env(relay, admin):
     e = Env(relay, admin)
     e.channel("openai", "resp-model")  # unmapped: bytes pass untouched
     e.channel("openai", "chatonly-model", mode="chatonly", options={"wire_api": "chat"})
+    # A reasoning model behind a chat-only channel: it takes reasoning_effort.
+    e.channel("openai", "chatonly-reasoner", mode="chatonly", upstream="o4-mini",
+              options={"wire_api": "chat"})
     e.channel("openai", "responsesonly-model", mode="responsesonly",
               options={"wire_api": "responses"})
     yield e
@@ -76,7 +79,7 @@ def test_passthrough_create_and_stream(env):
          "arguments": calls[0].arguments},
         {"type": "function_call_output", "call_id": calls[0].call_id, "output": "Sunny, 21C"}],
         tools=TOOLS)
-    assert r.output_text == "The tool said: Sunny, 21C"
+    assert r.output_text == "The tool returned: Sunny, 21C"
 
 
 def test_passthrough_bytes_untouched(env):
@@ -168,23 +171,26 @@ def test_bridge_stream_function_call_round_trip(env, model):
 
 def test_bridge_carries_history_and_settings(env):
     """What the chat channel receives for a stored conversation continued by
-    id, with json_schema output and reasoning effort."""
+    id, with json_schema output and reasoning effort (which only a reasoning
+    model gets: OpenAI refuses it elsewhere, so it is dropped there)."""
     tok = env.token()
     oc = client(env, tok)
     first = oc.responses.create(model="chatonly-model", input="Remember: 42.",
                                 instructions="You are terse.")
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
               "additionalProperties": False}
-    oc.responses.create(model="chatonly-model", previous_response_id=first.id, input="Which?",
-                        reasoning={"effort": "low"},
-                        text={"format": {"type": "json_schema", "name": "n", "schema": schema,
-                                         "strict": True}})
-    body = env.openai.requests[-1]["body"]
-    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
-    assert body["messages"][1]["content"] == first.output_text  # instructions not carried over
-    assert body["reasoning_effort"] == "low"
-    assert body["response_format"] == {"type": "json_schema", "json_schema": {
-        "name": "n", "schema": schema, "strict": True}}
+    for model in ("chatonly-reasoner", "chatonly-model"):
+        oc.responses.create(model=model, previous_response_id=first.id, input="Which?",
+                            reasoning={"effort": "low"},
+                            text={"format": {"type": "json_schema", "name": "n",
+                                             "schema": schema, "strict": True}})
+        body = env.openai.requests[-1]["body"]
+        assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+        # instructions are not carried over
+        assert body["messages"][1]["content"] == first.output_text
+        assert body.get("reasoning_effort") == ("low" if model == "chatonly-reasoner" else None)
+        assert body["response_format"] == {"type": "json_schema", "json_schema": {
+            "name": "n", "schema": schema, "strict": True}}
 
 
 def test_stored_responses_retrieve_delete_and_ownership(env):

@@ -1,25 +1,29 @@
 """Anthropic Messages upstreams (type "anthropic"): POST {base}/v1/messages
 with x-api-key and anthropic-version.
 
-An Anthropic-format client's body goes through as it came (only the model
-is mapped), and its stream events are passed on byte for byte; any other
-client's call is converted from and to the OpenAI shape.
+An Anthropic-format client's call goes through as it came: its body (only
+the model is mapped), its anthropic-version and anthropic-beta headers and
+its query (`?beta=true`); its stream events are passed on byte for byte.
+Any other client's call is converted from and to the OpenAI shape.
+POST /v1/messages/count_tokens is passed through the same way.
 
-Channel options: `anthropic_version` (default 2023-06-01); `auth: "bearer"`
-for Anthropic-compatible upstreams that want `Authorization: Bearer`
-instead of `x-api-key`; `anthropic_beta` (sent on every call, joined with
-the client's own); `default_max_tokens` for converted calls that name none
-(Anthropic requires one; default 4096).
+Channel options: `anthropic_version` (default 2023-06-01; a client's own
+version wins); `auth: "bearer"` for Anthropic-compatible upstreams that
+want `Authorization: Bearer` instead of `x-api-key`; `anthropic_beta` (sent
+on every call, added to the client's own); `default_max_tokens` for
+converted calls that name none (Anthropic requires one; default 4096);
+`max_output_tokens` caps converted calls' max_tokens.
 """
 from __future__ import annotations
 
 import json
 
 from relay import tokenizer
-from relay.adaptors.base import Adaptor, Call, Chunk, StreamReader, UpstreamRequest, join_url
+from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
+                                 cap_output_tokens, join_url)
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import EventsToChunks
-from relay.convert.common import RawEvents, unreadable_is_value_error
+from relay.convert.common import RawEvents, renamed, unreadable_is_value_error
 from relay.pricing import Usage
 
 DEFAULT_VERSION = "2023-06-01"
@@ -81,27 +85,58 @@ class AnthropicAdaptor(Adaptor):
     native = "anthropic"
     endpoints = frozenset({"chat"})
 
-    def request(self, call: Call, channel) -> UpstreamRequest:
+    def _native(self, call: Call) -> bool:
+        return call.face == self.native and call.native_body is not None
+
+    def _headers(self, call: Call, channel) -> dict:
+        """The client's anthropic-version (else the channel's) and its betas
+        as sent, followed by any the channel adds."""
         opts = channel.options or {}
-        if call.face == self.native and call.native_body is not None:
-            if call.upstream_model == call.model and call.raw:
-                data = call.raw  # the client's own bytes
-            else:
-                data = _dumps(dict(call.native_body, model=call.upstream_model))
-        else:
-            # Anthropic requires max_tokens; OpenAI and Gemini clients may omit it.
-            default = int(opts.get("default_max_tokens") or DEFAULT_MAX_TOKENS)
-            data = _dumps(conv.request_from_openai(call.body, call.upstream_model, default))
         headers = {"Content-Type": "application/json",
-                   "anthropic-version": opts.get("anthropic_version") or DEFAULT_VERSION}
+                   "anthropic-version": call.extra.get("anthropic_version")
+                   or opts.get("anthropic_version") or DEFAULT_VERSION}
         if opts.get("auth") == "bearer":
             headers["Authorization"] = f"Bearer {channel.key}"
         else:
             headers["x-api-key"] = channel.key
-        betas = [b for b in (opts.get("anthropic_beta"), call.extra.get("anthropic_beta")) if b]
-        if betas:
-            headers["anthropic-beta"] = ",".join(betas)
-        return UpstreamRequest("POST", join_url(channel.base_url, "/messages"), headers, data)
+        beta = call.extra.get("anthropic_beta") or ""
+        sent = {b.strip() for b in beta.split(",")}
+        added = [b.strip() for b in str(opts.get("anthropic_beta") or "").split(",")
+                 if b.strip() and b.strip() not in sent]
+        beta = ",".join([beta] + added) if beta else ",".join(added)
+        if beta:
+            headers["anthropic-beta"] = beta
+        return headers
+
+    def _url(self, call: Call, channel, path: str) -> str:
+        query = call.extra.get("anthropic_query") if self._native(call) else ""
+        return join_url(channel.base_url, path) + (f"?{query}" if query else "")
+
+    def _native_bytes(self, call: Call) -> bytes:
+        """The client's own bytes, the model renamed in place when mapped."""
+        if call.upstream_model == call.model and call.raw:
+            return call.raw
+        out = renamed(call.raw, call.model, call.upstream_model,
+                      lambda b: json.loads(b).get("model") == call.upstream_model)
+        return out or _dumps(dict(call.native_body, model=call.upstream_model))
+
+    def request(self, call: Call, channel) -> UpstreamRequest:
+        if self._native(call):
+            data = self._native_bytes(call)
+        else:
+            # Anthropic requires max_tokens; OpenAI and Gemini clients may omit it.
+            opts = channel.options or {}
+            default = int(opts.get("default_max_tokens") or DEFAULT_MAX_TOKENS)
+            data = _dumps(conv.request_from_openai(cap_output_tokens(call.body, opts),
+                                                   call.upstream_model, default))
+        return UpstreamRequest("POST", self._url(call, channel, "/messages"),
+                               self._headers(call, channel), data)
+
+    def count_tokens_request(self, call: Call, channel) -> UpstreamRequest:
+        """POST /v1/messages/count_tokens for an Anthropic client's call,
+        passed through like request() (only the model mapped)."""
+        return UpstreamRequest("POST", self._url(call, channel, "/messages/count_tokens"),
+                               self._headers(call, channel), self._native_bytes(call))
 
     def stream(self, call: Call) -> StreamReader:
         return AnthropicStream(call, passthrough=call.face == self.native)
@@ -113,4 +148,8 @@ class AnthropicAdaptor(Adaptor):
         out = conv.message_to_openai(doc, call.model), conv.usage_from(doc.get("usage"))
         if call.face == self.native:  # only once readable: a failed attempt leaves none
             call.extra["native_answer"] = doc  # rendered as it is, only renamed
+            if call.upstream_model != call.model:
+                call.extra["native_raw"] = renamed(
+                    body, call.upstream_model, call.model,
+                    lambda b: json.loads(b).get("model") == call.model)
         return out

@@ -144,6 +144,22 @@ def refuse_unbridgeable(call: Call, channel) -> None:
                       "unsupported_input_item", "tools" if tools else "input")
 
 
+def cap_output_tokens(body: dict, options: dict | None) -> dict:
+    """A converted call's canonical body with its output-token limit cut to
+    the channel option `max_output_tokens`, when set: clients of another
+    format ask for what their own vendor's models allow (Claude Code sends
+    max_tokens 128000), which the upstream's model may refuse outright.
+    The body itself when there is nothing to cut: callers must not change it."""
+    cap = (options or {}).get("max_output_tokens")
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+        return body
+    out = dict(body)
+    for key in ("max_tokens", "max_completion_tokens"):
+        if isinstance(out.get(key), int) and out[key] > cap:
+            out[key] = cap
+    return out
+
+
 def join_url(base: str, path: str, version: str = "/v1") -> str:
     """Join a channel's base URL and an API path, tolerating a base given with
     or without its version segment and with a trailing slash."""

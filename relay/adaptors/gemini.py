@@ -4,7 +4,8 @@
 A Gemini-format client's body goes through as it came (the model lives in
 the URL, so mapping it costs nothing) and streamed responses are passed on
 as they arrive; other clients' calls are converted from and to OpenAI's
-shape.  Channel option `api_version` picks the path version (default v1beta).
+shape.  Channel options: `api_version` picks the path version (default
+v1beta); `max_output_tokens` caps the output limit of converted calls.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import json
 from urllib.parse import quote
 
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
-                                 generic_error, join_url)
+                                 cap_output_tokens, generic_error, join_url)
 from relay.convert import gemini as conv
 from relay.convert import gemini_embed as embed
 from relay.convert.common import RawEvents, unreadable_is_value_error
@@ -80,7 +81,8 @@ class GeminiAdaptor(Adaptor):
                     call.body, call.upstream_model)
             url = self.url(channel, call.upstream_model, method)
         else:
-            body = call.native_body if native else conv.request_from_openai(call.body)
+            body = call.native_body if native else conv.request_from_openai(
+                cap_output_tokens(call.body, channel.options), call.upstream_model)
             method = "streamGenerateContent" if call.stream else "generateContent"
             url = self.url(channel, call.upstream_model, method)
             if call.stream:

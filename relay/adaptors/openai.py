@@ -6,6 +6,13 @@ Responses API (the Responses wire is in relay/adaptors/openai_responses.py).
 Requests pass through with every field the client sent; the adaptor only
 maps the model name, asks for streaming usage, and smooths over reasoning
 models' parameter quirks where the channel asks it to.
+
+A `reasoning_effort` converted from another format (Anthropic thinking,
+Gemini thinkingConfig) goes only to models that take it (o-series, gpt-5);
+channel option `reasoning_effort`: "auto" (that rule), "always" (an
+OpenAI-compatible upstream whose other models take it too) or "never".
+Channel option `max_output_tokens` caps the output limit of calls converted
+from another format (see base.cap_output_tokens).
 """
 from __future__ import annotations
 
@@ -16,8 +23,8 @@ import re
 from relay import sse
 from relay.adaptors import openai_answers
 from relay.adaptors import openai_responses as wire
-from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest, generic_error,
-                                 join_url)
+from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
+                                 cap_output_tokens, generic_error, join_url)
 from relay.convert import responses_upstream as rconv
 from relay.errors import RelayError
 from relay.pricing import Usage
@@ -32,6 +39,8 @@ RESPONSES = ("responses", "responses_compact")
 
 # o1, o3, o4-mini, gpt-5...: want max_completion_tokens, reject temperature.
 REASONING = re.compile(r"^(o\d|gpt-5)")
+# o-series models know low, medium and high; gpt-5 also minimal.
+O_SERIES = re.compile(r"^o\d")
 # The first o1 models reject the system role outright.
 NO_SYSTEM = re.compile(r"^o1(-mini|-preview)?(-\d{4}-\d{2}-\d{2})?$")
 
@@ -121,8 +130,33 @@ def ask_stream_usage(body: dict, channel_options: dict) -> dict:
     return body
 
 
-def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict) -> dict:
-    body = dict(body)
+def _reasoning_effort(body: dict, upstream_model: str, mode: str, converted: bool) -> None:
+    """A client's own reasoning_effort passes as sent (pass-through); one
+    converted from another format is dropped where the model takes none
+    (OpenAI refuses it there with a 400)."""
+    if "reasoning_effort" not in body:
+        return
+    if mode == "never" or (mode != "always" and converted and not REASONING.match(upstream_model)):
+        body.pop("reasoning_effort")
+    elif converted and O_SERIES.match(upstream_model) and body["reasoning_effort"] == "minimal":
+        body["reasoning_effort"] = "low"
+
+
+def limit_converted(body: dict, upstream_model: str, channel_options: dict,
+                    converted: bool) -> dict:
+    """A copy of a canonical chat body with the output cap and the
+    reasoning_effort rule applied; `converted` when the call came in another
+    format (its fields were set by a converter, not the client)."""
+    body = dict(cap_output_tokens(body, channel_options) if converted else body)
+    _reasoning_effort(body, upstream_model, channel_options.get("reasoning_effort") or "auto",
+                      converted)
+    return body
+
+
+def prepare_chat_body(body: dict, upstream_model: str, channel_options: dict,
+                      converted: bool = False) -> dict:
+    """The chat body for the upstream (see limit_converted for `converted`)."""
+    body = limit_converted(body, upstream_model, channel_options, converted)
     body["model"] = upstream_model
     ask_stream_usage(body, channel_options)
     if REASONING.match(upstream_model):
@@ -232,7 +266,8 @@ class OpenAIAdaptor(Adaptor):
             return self._responses_request(call, channel, headers)
         body = dict(call.body)
         if call.endpoint in ("chat", *RESPONSES):  # a Responses call bridged to chat
-            body = prepare_chat_body(body, call.upstream_model, channel.options)
+            body = prepare_chat_body(body, call.upstream_model, channel.options,
+                                     converted=call.face != self.native)
             endpoint = "chat"
         else:
             body["model"] = call.upstream_model
@@ -247,8 +282,10 @@ class OpenAIAdaptor(Adaptor):
             for name, value in (call.extra.get("client_headers") or {}).items():
                 headers[name] = value
             data = wire.upstream_body(call)
-        else:
-            data = json.dumps(rconv.request_from_chat(call.body, call.upstream_model),
+        else:  # a chat call (OpenAI's or converted) to a Responses-only channel
+            body = limit_converted(call.body, call.upstream_model, channel.options,
+                                   converted=call.face != self.native)
+            data = json.dumps(rconv.request_from_chat(body, call.upstream_model),
                               ensure_ascii=False).encode()
         path = "/responses/compact" if call.endpoint == "responses_compact" else "/responses"
         return UpstreamRequest("POST", self.responses_url(channel, path), headers, data)

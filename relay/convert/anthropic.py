@@ -1,6 +1,9 @@
-"""Anthropic Messages <-> OpenAI chat: requests, whole answers and usage.
+"""Anthropic Messages <-> OpenAI chat: OpenAI requests for Anthropic,
+whole answers and usage.
 
-The streamed events are converted in relay/convert/anthropic_stream.py.
+Anthropic requests (validation, conversion to OpenAI) are in
+relay/convert/anthropic_request.py, re-exported here; streamed events in
+relay/convert/anthropic_stream.py.
 Anything one side cannot express is dropped rather than guessed (thinking
 signatures, cache_control, server tools), so a converted request is always
 one the other side accepts.
@@ -9,10 +12,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
-from relay.convert.common import new_id, openai_usage, parse_args, split_data_url, text_of
-from relay.errors import bad_request
+from relay.convert.anthropic_request import request_to_openai, validate  # noqa: F401
+from relay.convert.common import (canonical_effort, new_id, openai_usage, parse_args,
+                                  split_data_url, text_of)
 from relay.pricing import Usage
 
 STOP_TO_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
@@ -53,165 +56,13 @@ def usage_to_openai(u: dict | None) -> dict:
     return openai_usage(got.prompt_tokens, got.completion_tokens, got.cached_tokens)
 
 
-# ---- requests: Anthropic -> OpenAI -----------------------------------------
-def _system_text(system: Any) -> str:
-    if system is None:
-        return ""
-    if isinstance(system, str):
-        return system
-    if isinstance(system, list):
-        return "\n".join(b.get("text", "") for b in system
-                         if isinstance(b, dict) and b.get("type") == "text")
-    raise bad_request("'system' must be a string or an array of text blocks.", "invalid_system",
-                      "system")
+# ---- requests: OpenAI -> Anthropic -------------------------------------------
+# Anthropic's thinking budget for each canonical effort (1024 is its
+# minimum; "minimal" means no thinking at all there).
+BUDGET_FOR_EFFORT = {"low": 1024, "medium": 4096, "high": 16384}
+MIN_BUDGET = 1024
 
 
-def _image_part(block: dict) -> dict:
-    src = block.get("source") or {}
-    if src.get("type") == "base64":
-        url = f"data:{src.get('media_type') or 'image/png'};base64,{src.get('data', '')}"
-    elif src.get("type") == "url":
-        url = src.get("url", "")
-    else:
-        raise bad_request("An image source must be of type 'base64' or 'url'.", "invalid_image")
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _tool_result_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for b in content:
-            if isinstance(b, dict) and b.get("type") == "text":
-                out.append(b.get("text", ""))
-            elif isinstance(b, dict) and b.get("type") == "image":
-                out.append("[image]")
-        return "\n".join(out)
-    return "" if content is None else json.dumps(content, ensure_ascii=False)
-
-
-def _user_messages(content: Any) -> list[dict]:
-    """One Anthropic user turn -> OpenAI messages: tool results become tool
-    messages (first, as OpenAI wants them right after the tool calls), the
-    rest one user message."""
-    if isinstance(content, str):
-        return [{"role": "user", "content": content}]
-    tools, parts = [], []
-    for b in content:
-        kind = b.get("type")
-        if kind == "tool_result":
-            text = _tool_result_text(b.get("content"))
-            if b.get("is_error"):
-                text = "Error: " + text
-            tools.append({"role": "tool", "tool_call_id": b.get("tool_use_id", ""), "content": text})
-        elif kind == "text":
-            parts.append({"type": "text", "text": b.get("text", "")})
-        elif kind == "image":
-            parts.append(_image_part(b))
-        elif kind == "document":
-            src = b.get("source") or {}
-            if src.get("type") == "text":
-                parts.append({"type": "text", "text": src.get("data", "")})
-    out = list(tools)
-    if parts:
-        if all(p["type"] == "text" for p in parts):
-            out.append({"role": "user", "content": "\n".join(p["text"] for p in parts)})
-        else:
-            out.append({"role": "user", "content": parts})
-    return out
-
-
-def _assistant_message(content: Any) -> dict:
-    if isinstance(content, str):
-        return {"role": "assistant", "content": content}
-    texts, calls = [], []
-    for b in content:
-        kind = b.get("type")
-        if kind == "text":
-            texts.append(b.get("text", ""))
-        elif kind == "tool_use":
-            calls.append({"id": b.get("id", ""), "type": "function",
-                          "function": {"name": b.get("name", ""),
-                                       "arguments": json.dumps(b.get("input") or {},
-                                                               ensure_ascii=False)}})
-    msg: dict = {"role": "assistant", "content": "".join(texts) if texts else None}
-    if calls:
-        msg["tool_calls"] = calls
-    return msg
-
-
-def _tool_choice_to_openai(tc: Any) -> Any:
-    kind = tc.get("type") if isinstance(tc, dict) else None
-    if kind == "any":
-        return "required"
-    if kind == "tool":
-        return {"type": "function", "function": {"name": tc.get("name", "")}}
-    if kind == "none":
-        return "none"
-    return "auto"
-
-
-def validate(doc: dict) -> None:
-    """The checks Anthropic itself makes, so a bad call fails here with a
-    clear message instead of upstream with a vague one."""
-    if not isinstance(doc.get("max_tokens"), int) or isinstance(doc.get("max_tokens"), bool) \
-            or doc["max_tokens"] < 1:
-        raise bad_request("max_tokens: Field required (a positive integer).", "invalid_max_tokens",
-                          "max_tokens")
-    msgs = doc.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise bad_request("messages: must be a non-empty array.", "missing_messages", "messages")
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-            raise bad_request(f"messages.{i}.role: must be 'user' or 'assistant'.", "invalid_role",
-                              "messages")
-        c = m.get("content")
-        if not isinstance(c, str) and not (isinstance(c, list) and all(
-                isinstance(b, dict) and isinstance(b.get("type"), str) for b in c)):
-            raise bad_request(f"messages.{i}.content: must be a string or an array of blocks.",
-                              "invalid_content", "messages")
-    _system_text(doc.get("system"))
-
-
-def request_to_openai(doc: dict) -> dict:
-    """A validated Anthropic Messages request -> an OpenAI chat request."""
-    messages: list[dict] = []
-    system = _system_text(doc.get("system"))
-    if system:
-        messages.append({"role": "system", "content": system})
-    for m in doc["messages"]:
-        if m["role"] == "user":
-            messages += _user_messages(m["content"])
-        else:
-            messages.append(_assistant_message(m["content"]))
-    body: dict = {"model": doc.get("model"), "messages": messages,
-                  "max_tokens": doc["max_tokens"]}
-    for src, dst in (("temperature", "temperature"), ("top_p", "top_p")):
-        if doc.get(src) is not None:
-            body[dst] = doc[src]
-    if doc.get("stop_sequences"):
-        body["stop"] = list(doc["stop_sequences"])
-    if doc.get("stream"):
-        body["stream"] = True
-    tools = [t for t in doc.get("tools") or () if isinstance(t, dict) and "input_schema" in t]
-    if tools:
-        body["tools"] = [{"type": "function", "function": {
-            "name": t.get("name", ""), "description": t.get("description", ""),
-            "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}}
-            for t in tools]
-        tc = doc.get("tool_choice")
-        if tc:
-            body["tool_choice"] = _tool_choice_to_openai(tc)
-            if tc.get("disable_parallel_tool_use"):
-                body["parallel_tool_calls"] = False
-    user = (doc.get("metadata") or {}).get("user_id")
-    if user:
-        body["user"] = str(user)
-    return body
-
-
-# ---- requests: OpenAI -> Anthropic -----------------------------------------
 def _blocks_from_openai_content(content: Any) -> list[dict]:
     if content is None:
         return []
@@ -221,9 +72,10 @@ def _blocks_from_openai_content(content: Any) -> list[dict]:
     for p in content:
         if not isinstance(p, dict):
             continue
-        if p.get("type") in ("text", "input_text"):
+        kind = p.get("type")
+        if kind in ("text", "input_text"):
             blocks.append({"type": "text", "text": p.get("text", "")})
-        elif p.get("type") == "image_url":
+        elif kind == "image_url":
             url = (p.get("image_url") or {}).get("url", "")
             parsed = split_data_url(url)
             if parsed:
@@ -232,6 +84,11 @@ def _blocks_from_openai_content(content: Any) -> list[dict]:
                                                            "data": parsed[1]}})
             else:
                 blocks.append({"type": "image", "source": {"type": "url", "url": url}})
+        elif kind == "file":
+            parsed = split_data_url((p.get("file") or {}).get("file_data", ""))
+            if parsed:
+                blocks.append({"type": "document", "source": {
+                    "type": "base64", "media_type": parsed[0], "data": parsed[1]}})
     return blocks
 
 
@@ -243,6 +100,28 @@ def _append(out: list[dict], role: str, blocks: list[dict]) -> None:
         out[-1]["content"].extend(blocks)
     else:
         out.append({"role": role, "content": blocks})
+
+
+def _add_thinking(out: dict, effort: str | None) -> None:
+    """Canonical reasoning_effort -> Anthropic extended thinking, where
+    Anthropic's rules allow it: a budget of at least 1024 tokens below
+    max_tokens, no forced tool, and no tool loop in progress (its
+    assistant turn would have to start with a signed thinking block, which
+    a converted conversation does not have).  Thinking also fixes
+    temperature at 1 and rules out top_k and a top_p under 0.95."""
+    budget = BUDGET_FOR_EFFORT.get(effort or "")
+    if budget is None:
+        return
+    budget = min(budget, out["max_tokens"] - 1)
+    if budget < MIN_BUDGET or (out.get("tool_choice") or {}).get("type") in ("any", "tool"):
+        return
+    last = next((m for m in reversed(out["messages"]) if m["role"] == "assistant"), None)
+    if last and any(b.get("type") == "tool_use" for b in last["content"]):
+        return
+    out["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    out.pop("temperature", None)
+    if out.get("top_p") is not None and not 0.95 <= out["top_p"] <= 1:
+        out.pop("top_p")
 
 
 def request_from_openai(body: dict, model: str, default_max_tokens: int = 4096) -> dict:
@@ -301,6 +180,7 @@ def request_from_openai(body: dict, model: str, default_max_tokens: int = 4096) 
             if body.get("parallel_tool_calls") is False and choice["type"] != "none":
                 choice["disable_parallel_tool_use"] = True
             out["tool_choice"] = choice
+    _add_thinking(out, canonical_effort(body.get("reasoning_effort")))
     if body.get("user"):
         out["metadata"] = {"user_id": str(body["user"])}
     return out

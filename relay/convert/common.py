@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
-from typing import Any
+from typing import Any, Callable
 
 from relay import sse
 from relay.errors import bad_request
@@ -67,6 +68,39 @@ def parse_args(arguments: Any) -> Any:
     return value if isinstance(value, dict) else {"value": value}
 
 
+# The canonical (OpenAI chat) reasoning efforts.  Vendors' own scales map
+# onto these: Anthropic's output_config.effort (xhigh and max are "high"
+# here), thinking budgets in tokens (Anthropic, Gemini 2.5), Gemini 3's
+# thinkingLevel.
+EFFORTS = ("minimal", "low", "medium", "high")
+_EFFORT_ALIASES = {"none": "minimal", "xhigh": "high", "max": "high"}
+
+
+def canonical_effort(value: Any) -> str | None:
+    """A reasoning effort from any vendor's scale -> one of EFFORTS, or None."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip().lower()
+    value = _EFFORT_ALIASES.get(value, value)
+    return value if value in EFFORTS else None
+
+
+def effort_from_budget(budget: Any) -> str | None:
+    """A thinking budget in tokens -> a canonical effort.  The thresholds
+    sit between the budgets the converters send for each effort, so an
+    effort survives a round trip through a budget.  None for no number or
+    Gemini's -1 (dynamic: the model decides)."""
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+        return None
+    if budget < 1024:  # Anthropic's smallest budget; Gemini's 0 turns thinking off
+        return "minimal"
+    if budget < 2048:
+        return "low"
+    if budget <= 8192:
+        return "medium"
+    return "high"
+
+
 def split_data_url(url: str) -> tuple[str, str] | None:
     """'data:image/png;base64,AAAA' -> ('image/png', 'AAAA'); None if not one."""
     if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
@@ -77,6 +111,19 @@ def split_data_url(url: str) -> tuple[str, str] | None:
 
 def dumps(doc: Any) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def renamed(raw: bytes, old: str, new: str, check: Callable[[bytes], bool]) -> bytes | None:
+    """`raw` with its first `"model": "<old>"` member naming `new` instead
+    and every other byte as the upstream sent it (pass-through renames
+    nothing else).  `check(result)` confirms the member was the right one;
+    None when it was not, or there is none: the caller re-encodes."""
+    pattern = rb'("model"\s*:\s*)' + re.escape(json.dumps(old).encode())
+    out, n = re.subn(pattern, lambda m: m.group(1) + json.dumps(new).encode(), raw, count=1)
+    try:
+        return out if n == 1 and check(out) else None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def sse_payload(raw: bytes) -> bytes:

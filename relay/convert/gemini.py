@@ -11,6 +11,9 @@ import time
 from typing import Any
 
 from relay.convert.common import new_id, openai_usage, parse_args, split_data_url, text_of
+from relay.convert.gemini_config import (effort_from_thinking, schema_from_openai,  # noqa: F401
+                                         schema_to_openai, thinking_config,
+                                         uses_thought_signatures)
 from relay.errors import bad_request
 from relay.pricing import Usage
 
@@ -20,17 +23,11 @@ FINISH_FROM_GEMINI = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content
                       "IMAGE_SAFETY": "content_filter"}
 FINISH_TO_GEMINI = {"stop": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY",
                     "tool_calls": "STOP", "function_call": "STOP"}
-# Clients that ask for `enum-encoding=int` (the legacy library) also send
-# enums as numbers: Schema.Type and FunctionCallingConfig.Mode.
-_TYPE_NAMES = {1: "string", 2: "number", 3: "integer", 4: "boolean", 5: "array", 6: "object",
-               7: "null"}
+# Clients that ask for `enum-encoding=int` also send FunctionCallingConfig.Mode as a number.
 _MODE_NAMES = {1: "AUTO", 2: "ANY", 3: "NONE", 4: "VALIDATED"}
-# The Schema fields Gemini accepts in function declarations; others
-# ($schema, additionalProperties, ...) make it reject the whole request.
-_SCHEMA_KEYS = {"type", "format", "title", "description", "nullable", "enum", "maxItems",
-                "minItems", "properties", "required", "minProperties", "maxProperties",
-                "minLength", "maxLength", "pattern", "example", "anyOf", "propertyOrdering",
-                "default", "items", "minimum", "maximum"}
+# Google's documented stand-in for a thought signature we do not have (a
+# conversation that came through another format carries none).
+NO_SIGNATURE = "skip_thought_signature_validator"
 
 
 # ---- usage -----------------------------------------------------------------
@@ -59,53 +56,6 @@ def usage_meta(u: dict | None) -> dict:
 def usage_to_openai(meta: dict | None) -> dict:
     u = usage_from(meta) or Usage()
     return openai_usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens)
-
-
-# ---- schemas ---------------------------------------------------------------
-def schema_to_openai(s: Any) -> Any:
-    """Gemini Schema (upper-case types) -> JSON schema."""
-    if isinstance(s, list):
-        return [schema_to_openai(x) for x in s]
-    if not isinstance(s, dict):
-        return s
-    out = {}
-    for k, v in s.items():
-        if k == "type" and isinstance(v, str):
-            out[k] = v.lower()
-        elif k == "type" and isinstance(v, int):
-            out[k] = _TYPE_NAMES.get(v, "string")
-        elif k in ("properties",) and isinstance(v, dict):
-            out[k] = {name: schema_to_openai(sub) for name, sub in v.items()}
-        elif k in ("items", "anyOf"):
-            out[k] = schema_to_openai(v)
-        else:
-            out[k] = v
-    return out
-
-
-def schema_from_openai(s: Any) -> Any:
-    """JSON schema -> the Schema subset Gemini accepts."""
-    if isinstance(s, list):
-        return [schema_from_openai(x) for x in s]
-    if not isinstance(s, dict):
-        return s
-    out: dict = {}
-    for k, v in s.items():
-        if k not in _SCHEMA_KEYS:
-            continue
-        if k == "type":
-            types = v if isinstance(v, list) else [v]
-            real = [t for t in types if t != "null"]
-            if len(real) < len(types):
-                out["nullable"] = True
-            out[k] = str(real[0] if real else "string").upper()
-        elif k == "properties" and isinstance(v, dict):
-            out[k] = {name: schema_from_openai(sub) for name, sub in v.items()}
-        elif k in ("items", "anyOf"):
-            out[k] = schema_from_openai(v)
-        else:
-            out[k] = v
-    return out
 
 
 # ---- requests: Gemini -> OpenAI --------------------------------------------
@@ -195,6 +145,9 @@ def request_to_openai(doc: dict, model: str) -> dict:
             body[dst] = cfg[src]
     if cfg.get("stopSequences"):
         body["stop"] = list(cfg["stopSequences"])
+    effort = effort_from_thinking(cfg.get("thinkingConfig") or cfg.get("thinking_config"))
+    if effort:
+        body["reasoning_effort"] = effort
     if cfg.get("responseMimeType") == "application/json":
         schema = cfg.get("responseJsonSchema") or cfg.get("responseSchema")
         body["response_format"] = ({"type": "json_schema", "json_schema": {
@@ -239,6 +192,10 @@ def _parts_from_openai(content: Any) -> list[dict]:
             else:
                 mime = "image/png" if url.lower().endswith(".png") else "image/jpeg"
                 parts.append({"fileData": {"mimeType": mime, "fileUri": url}})
+        elif p.get("type") == "file":
+            parsed = split_data_url((p.get("file") or {}).get("file_data", ""))
+            if parsed:
+                parts.append({"inlineData": {"mimeType": parsed[0], "data": parsed[1]}})
     return parts
 
 
@@ -251,9 +208,10 @@ def _add(contents: list[dict], role: str, parts: list[dict]) -> None:
         contents.append({"role": role, "parts": parts})
 
 
-def request_from_openai(body: dict) -> dict:
-    """An OpenAI chat request -> a Gemini generateContent request (the model
-    travels in the URL)."""
+def request_from_openai(body: dict, model: str = "") -> dict:
+    """An OpenAI chat request -> a Gemini generateContent request for the
+    upstream `model` (which travels in the URL; it picks the thinking
+    settings' shape)."""
     system, contents = [], []
     names: dict[str, str] = {}  # tool_call_id -> function name
     for m in body.get("messages") or ():
@@ -266,11 +224,14 @@ def request_from_openai(body: dict) -> dict:
             _add(contents, "user", _parts_from_openai(m.get("content")))
         elif role == "assistant":
             parts = _parts_from_openai(m.get("content"))
-            for tc in m.get("tool_calls") or ():
+            for n, tc in enumerate(m.get("tool_calls") or ()):
                 fn = tc.get("function") or {}
                 names[tc.get("id", "")] = fn.get("name", "")
-                parts.append({"functionCall": {"name": fn.get("name", ""),
-                                               "args": parse_args(fn.get("arguments"))}})
+                part: dict = {"functionCall": {"name": fn.get("name", ""),
+                                               "args": parse_args(fn.get("arguments"))}}
+                if n == 0 and uses_thought_signatures(model):
+                    part["thoughtSignature"] = NO_SIGNATURE  # the first call of a step carries it
+                parts.append(part)
             _add(contents, "model", parts)
         elif role in ("tool", "function"):
             text = text_of(m.get("content"))
@@ -300,6 +261,9 @@ def request_from_openai(body: dict) -> dict:
         schema = (rf.get("json_schema") or {}).get("schema")
         if schema:
             cfg["responseSchema"] = schema_from_openai(schema)
+    thinking = thinking_config(body.get("reasoning_effort"), model)
+    if thinking:
+        cfg["thinkingConfig"] = thinking
     if cfg:
         out["generationConfig"] = cfg
     tools = [t for t in body.get("tools") or () if isinstance(t, dict) and t.get("function")]

@@ -9,39 +9,74 @@ writes Anthropic events, `render` converts a whole answer.
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qsl, urlencode
 
 from relay import sse, tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import ChunksToEvents
-from relay.convert.common import converted, sse_payload
+from relay.convert.common import converted, renamed, sse_payload
 from relay.errors import _ANTHROPIC_TYPE
 from relay.faces.openai import load_json, require_model
 
 FAMILY = "anthropic"
 
 
-def parse_messages(request_id: str, raw: bytes, beta: str | None = None) -> Call:
-    """POST /v1/messages -> Call.  Raises RelayError(400) on a bad body."""
-    doc = load_json(raw)
-    model = require_model(doc)
-    conv.validate(doc)
+def _client_query(query: str) -> str:
+    """The query to pass on to an Anthropic upstream (`beta=true`): as the
+    client sent it, less a relay key given as ?key=."""
+    pairs = parse_qsl(query or "", keep_blank_values=True)
+    if not any(k == "key" for k, _ in pairs):
+        return query or ""
+    return urlencode([(k, v) for k, v in pairs if k != "key"])
+
+
+def _call(request_id: str, raw: bytes, doc: dict, headers, query: str) -> Call:
     body = converted(conv.request_to_openai, doc)
-    call = Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=body,
-                raw=raw, native_body=doc, stream=bool(doc.get("stream")))
-    if beta:
-        call.extra["anthropic_beta"] = beta
+    call = Call(request_id=request_id, endpoint="chat", face=FAMILY, model=doc["model"],
+                body=body, raw=raw, native_body=doc, stream=bool(doc.get("stream")))
+    # Passed on untouched to an Anthropic channel; dropped for any other.
+    for name in ("anthropic-version", "anthropic-beta"):
+        if headers and headers.get(name):
+            call.extra[name.replace("-", "_")] = headers.get(name)
+    call.extra["anthropic_query"] = _client_query(query)
     return call
 
 
-def count_tokens(raw: bytes) -> tuple[str, int]:
-    """POST /v1/messages/count_tokens -> (model, offline estimate of the
-    prompt's input tokens).  max_tokens is not required here."""
+def parse_messages(request_id: str, raw: bytes, headers=None, query: str = "") -> Call:
+    """POST /v1/messages -> Call.  `headers` (a mapping) and `query` are the
+    client's, for pass-through.  Raises RelayError(400) on a bad body."""
     doc = load_json(raw)
-    model = require_model(doc)
+    require_model(doc)
+    conv.validate(doc)
+    return _call(request_id, raw, doc, headers, query)
+
+
+def parse_count_tokens(request_id: str, raw: bytes, headers=None, query: str = "") -> Call:
+    """POST /v1/messages/count_tokens -> Call (max_tokens is not required
+    here).  Raises RelayError(400) on a bad body."""
+    doc = load_json(raw)
+    require_model(doc)
     conv.validate(dict(doc, max_tokens=1))
-    body = converted(conv.request_to_openai, dict(doc, max_tokens=1))
-    return model, tokenizer.count_messages(body["messages"], model, body.get("tools"))
+    call = _call(request_id, raw, dict(doc, max_tokens=1), headers, query)
+    call.native_body = doc
+    return call
+
+
+def estimate_tokens(call: Call) -> int:
+    """Our offline count of a call's input tokens."""
+    return tokenizer.count_messages(call.body["messages"], call.model, call.body.get("tools"))
+
+
+def rename_start(raw: bytes, old: str, new: str) -> bytes:
+    """A message_start event naming the public model, byte for byte else."""
+    out = renamed(raw, old, new,
+                  lambda b: json.loads(sse_payload(b))["message"]["model"] == new)
+    if out is not None:
+        return out
+    doc = json.loads(sse_payload(raw))
+    doc.get("message", {})["model"] = new
+    return sse.encode(doc, "message_start")
 
 
 class StreamWriter:
@@ -59,9 +94,7 @@ class StreamWriter:
             if self.call.upstream_model != self.call.model and \
                     chunk.raw.startswith(b"event: message_start"):
                 # The model name is the one thing renamed on the way back.
-                doc = json.loads(sse_payload(chunk.raw))
-                doc.get("message", {})["model"] = self.call.model
-                return sse.encode(doc, "message_start")
+                return rename_start(chunk.raw, self.call.upstream_model, self.call.model)
             return chunk.raw
         if chunk.data is None or self.passthrough:
             return b""

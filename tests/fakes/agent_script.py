@@ -1,100 +1,80 @@
-"""The scripted model turn the fakes play for coding agents.
+"""The scripted model every chat-like fake plays (Anthropic, OpenAI chat,
+OpenAI Responses, Gemini), so that a coding CLI (Claude Code, Codex) can
+drive a whole tool round trip through any channel type.  Each fake reads
+its own wire format (blocks, messages, items, parts) and asks `next_turn`.
 
-When a coding agent offers its shell tool (Codex: `exec_command` with a
-`cmd`; older Codex: `shell` with a `command` array) and no tool result has
-come back yet, the model asks it to print secret.txt from its workspace;
-once the result is back it answers with what the tool printed, so a test
-can see the secret make the whole round trip.  Any other function tool is
-called once with {"city": "Paris"} (the fakes' usual weather call).
-
-Each fake format has a small adapter here, so the fakes themselves keep
-their own shapes: Responses items, chat messages, Anthropic blocks, Gemini
-parts.
+The script, one turn at a time:
+- the latest user turn carries a tool result: answer with text that quotes
+  it, "The tool returned: <result>" (the CLI's final answer);
+- else, when the request offers tools (and does not forbid calling them),
+  call one:
+  - `fake.tool_plan = {"name": ..., "input": {...}}` picks the tool when the
+    request offers one of that name (Claude Code's Read, with a path in its
+    temp workspace);
+  - else a coding agent's shell tool when offered (Codex: `exec_command`
+    with a `cmd`; older Codex: `shell` with a `command` array), asked to
+    print secret.txt from the agent's workspace;
+  - else the first tool offered, with {"city": "Paris"} (what the older
+    tests expect);
+- else the fake's plain text.
 """
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_INPUT = {"city": "Paris"}
+QUOTE = "The tool returned: "
 SECRET_FILE = "secret.txt"
 SHELL_CALLS = {"exec_command": {"cmd": f"cat {SECRET_FILE}"},
                "shell": {"command": ["cat", SECRET_FILE]}}
 
 
-def choose(names: list[str], had_result: bool, choice_none: bool):
-    """(tool name, arguments) to call, or None to answer in text."""
-    if had_result or choice_none or not names:
-        return None
+@dataclass
+class Turn:
+    kind: str                    # "text" or "tool"
+    text: str = ""
+    tool: str = ""
+    input: dict | None = None
+
+
+def result_text(content: Any) -> str:
+    """A tool result's text, whatever the format put around it (a string,
+    blocks or parts, or an object holding only its output: what a converter
+    wraps a plain-text result in)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(result_text(b.get("text", b.get("content", "")))
+                         if isinstance(b, dict) else str(b) for b in content)
+    if isinstance(content, dict):
+        wrapped = [v for k, v in content.items() if k in ("content", "output", "result")]
+        if len(content) == 1 and wrapped and isinstance(wrapped[0], str):
+            return wrapped[0]
+        return json.dumps(content, ensure_ascii=False)
+    return "" if content is None else str(content)
+
+
+def pick_tool(fake, tools: list[str]) -> tuple[str, dict]:
+    """(tool name, input) for a turn that calls one of `tools`."""
+    plan = getattr(fake, "tool_plan", None) or {}
+    if plan.get("name") in tools:
+        return plan["name"], dict(plan.get("input") or {})
     for name, args in SHELL_CALLS.items():
-        if name in names:
-            return name, args
-    return names[0], {"city": "Paris"}
+        if name in tools:
+            return name, dict(args)
+    return tools[0], dict(DEFAULT_INPUT)
 
 
-def answer(result: str) -> str:
-    return f"The tool said: {result}"
-
-
-# ---- Responses items ---------------------------------------------------------
-def plan_call(tools: list, items: list, tool_choice=None):
-    names = [t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"]
-    last_user = max((i for i, it in enumerate(items) if isinstance(it, dict)
-                     and it.get("type", "message") == "message" and it.get("role") == "user"),
-                    default=-1)
-    had = any(isinstance(it, dict) and it.get("type") == "function_call_output"
-              for it in items[last_user + 1:])
-    return choose(names, had, tool_choice == "none")
-
-
-# ---- chat messages (OpenAI chat fake) ----------------------------------------
-def chat_plan(body: dict):
-    names = [(t.get("function") or {}).get("name") for t in body.get("tools") or ()]
-    msgs = body.get("messages") or []
-    had = bool(msgs) and msgs[-1].get("role") == "tool"
-    return choose(names, had, body.get("tool_choice") == "none")
-
-
-def chat_result(body: dict) -> str | None:
-    msgs = body.get("messages") or []
-    if msgs and msgs[-1].get("role") == "tool":
-        c = msgs[-1].get("content")
-        return c if isinstance(c, str) else "".join(p.get("text", "") for p in c or ())
-    return None
-
-
-# ---- Anthropic blocks ---------------------------------------------------------
-def anthropic_plan(body: dict):
-    """(content blocks, stop_reason) for a Codex-style shell turn, or None."""
-    names = [t.get("name") for t in body.get("tools") or ()]
-    if not any(n in SHELL_CALLS for n in names):
-        return None
-    last = (body.get("messages") or [{}])[-1]
-    results = [b for b in last.get("content") or () if isinstance(last.get("content"), list)
-               and isinstance(b, dict) and b.get("type") == "tool_result"]
-    if results:
-        c = results[-1].get("content")
-        text = c if isinstance(c, str) else "".join(b.get("text", "") for b in c or ())
-        return [{"type": "text", "text": answer(text)}], "end_turn"
-    name, args = choose(names, False, False)
-    return [{"type": "text", "text": "Reading the file."},
-            {"type": "tool_use", "id": "toolu_script1", "name": name, "input": args}], "tool_use"
-
-
-# ---- Gemini parts ------------------------------------------------------------
-def gemini_plan(body: dict):
-    """(parts, finishReason) for a Codex-style shell turn, or None."""
-    decls = [d.get("name") for t in body.get("tools") or ()
-             for d in t.get("functionDeclarations") or ()]
-    if not any(n in SHELL_CALLS for n in decls):
-        return None
-    last = (body.get("contents") or [{}])[-1]
-    results = [p["functionResponse"] for p in last.get("parts") or () if "functionResponse" in p]
-    if results:
-        resp = results[-1].get("response") or {}
-        text = resp.get("content") or resp.get("output") or resp.get("result") or str(resp)
-        return [{"text": answer(str(text))}], "STOP"
-    name, args = choose(decls, False, False)
-    return [{"functionCall": {"name": name, "args": args}}], "STOP"
-
-
-def offers_shell(body: dict) -> bool:
-    """A chat request from a coding agent (its shell tool is offered)."""
-    return any((t.get("function") or {}).get("name") in SHELL_CALLS
-               for t in body.get("tools") or () if isinstance(t, dict))
+def next_turn(fake, text: str, tools: list[str], result: Any = None, has_result: bool = False,
+              may_call: bool = True) -> Turn:
+    """What the model says next.  `text`: the fake's plain answer; `tools`:
+    the names offered; `result`: the latest user turn's tool result, when
+    `has_result`; `may_call` False when the request forbids tool calls."""
+    if has_result:
+        return Turn("text", text=QUOTE + result_text(result))
+    if tools and may_call:
+        name, args = pick_tool(fake, tools)
+        return Turn("tool", tool=name, input=args)
+    return Turn("text", text=text)

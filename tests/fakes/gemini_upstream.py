@@ -11,10 +11,19 @@ API_KEY_INVALID.  Errors are {"error": {"code", "message", "status"}}.
 Failure modes by path prefix `/mode/<name>`: ok, slow, 429, 500, reset,
 hang, flaky (every other call 500), error_chunk (an error object mid-stream).
 
-The answer: with functionDeclarations (and no functionResponse in the last
-turn) one functionCall to the first function with {"city": "Paris"};
-otherwise `fake.text`.  usageMetadata is `fake.usage` (running totals on
-every streamed chunk, final on the last), stop sequences cut the text.
+The answer follows tests/fakes/agent_script.py: a functionCall while
+functionDeclarations are offered and the last turn holds no
+functionResponse (agent_script picks which: `fake.tool_plan`, a coding
+agent's shell tool, else the first), then text quoting the functionResponse;
+otherwise `fake.text`.  usageMetadata is `fake.usage` (running totals on every
+streamed chunk, final on the last), stop sequences cut the text.
+
+Thinking, as Google documents it: generationConfig.thinkingConfig takes
+thinkingBudget or (Gemini 3 and later) thinkingLevel, never both (400);
+with includeThoughts a thought part ({"text", "thought": true}) comes
+first and thoughtsTokenCount joins the usage.  Gemini 3 models sign their
+function calls (thoughtSignature) and refuse a replayed call whose step
+lost its signature (400), as the real ones do.
 """
 from __future__ import annotations
 
@@ -23,11 +32,18 @@ import json
 import socket
 import struct
 
+import re
+
 import tornado.web
 
+from tests.fakes.agent_script import next_turn
 from tests.fakes.openai_upstream import FakeOpenAI
 
 DEFAULT_TEXT = "Hello from the fake Gemini upstream."
+THOUGHT = "Thinking about what the user asked."
+THOUGHT_TOKENS = 4
+SIGNATURE = "c2lnX2Zha2VfZ2VtaW5p"
+_SIGNING = re.compile(r"^gemini-(?:[3-9]|\d\d)")
 _STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
            500: "INTERNAL", 503: "UNAVAILABLE"}
 
@@ -80,6 +96,9 @@ class ModelHandler(_Base):
             contents = self.body.get("contents")
             if not isinstance(contents, list) or not contents:
                 return _err(self, 400, "* GenerateContentRequest.contents: contents is not specified")
+            problem = self.problem(model)
+            if problem:
+                return _err(self, 400, problem)
         if method == "countTokens":
             return self.finish({"totalTokens": 7})
         if method == "embedContent":
@@ -102,15 +121,42 @@ class ModelHandler(_Base):
         dims = int(((self.body.get("requests") or [self.body])[0]).get("outputDimensionality") or 8)
         return [round(0.1 * (i + 1) + 0.01 * j, 4) for j in range(dims)]
 
+    def thinking(self) -> dict:
+        return (self.body.get("generationConfig") or {}).get("thinkingConfig") or {}
+
+    def problem(self, model: str) -> str | None:
+        """What Gemini would refuse in this body, or None."""
+        cfg = self.thinking()
+        if "thinkingBudget" in cfg and "thinkingLevel" in cfg:
+            return "You can only set one of thinking budget and thinking level."
+        if "thinkingLevel" in cfg and not _SIGNING.match(model):
+            return "Thinking level is not supported for this model."
+        if _SIGNING.match(model):
+            for i, c in enumerate(self.body["contents"]):
+                calls = [p for p in c.get("parts") or () if "functionCall" in p]
+                if c.get("role") == "model" and calls and "thoughtSignature" not in calls[0]:
+                    return (f"Function call is missing a thought_signature in functionCall "
+                            f"parts. Content block {i}.")
+        return None
+
     def plan(self) -> tuple[list[dict], str]:
         b = self.body
         last = b["contents"][-1]
-        had_result = any("functionResponse" in p for p in last.get("parts") or ())
+        results = [p["functionResponse"] for p in last.get("parts") or ()
+                   if "functionResponse" in p]
         mode = ((b.get("toolConfig") or {}).get("functionCallingConfig") or {}).get("mode")
         decls = [d for t in b.get("tools") or () for d in t.get("functionDeclarations") or ()]
-        if decls and not had_result and mode != "NONE":
-            return [{"functionCall": {"name": decls[0]["name"], "args": {"city": "Paris"}}}], "STOP"
-        text = self.fake.text
+        turn = next_turn(self.fake, self.fake.text, [d.get("name") for d in decls],
+                         results[-1].get("response") if results else None, bool(results),
+                         mode != "NONE")
+        thought = [{"text": THOUGHT, "thought": True}] if self.thinking().get(
+            "includeThoughts") else []
+        if turn.kind == "tool":
+            call = {"functionCall": {"name": turn.tool, "args": turn.input}}
+            if _SIGNING.match(self.path_kwargs.get("model") or ""):
+                call["thoughtSignature"] = SIGNATURE
+            return thought + [call], "STOP"
+        text = turn.text
         finish = "STOP"
         for s in (b.get("generationConfig") or {}).get("stopSequences") or ():
             if s in text:
@@ -118,10 +164,12 @@ class ModelHandler(_Base):
         limit = (b.get("generationConfig") or {}).get("maxOutputTokens")
         if limit and limit < len(text.split(" ")):
             text, finish = " ".join(text.split(" ")[:limit]), "MAX_TOKENS"
-        return [{"text": text}], finish
+        return thought + [{"text": text}], finish
 
     def meta(self, done: bool = True) -> dict:
         u = dict(self.fake.usage)
+        if self.thinking().get("includeThoughts"):
+            u["thoughtsTokenCount"] = THOUGHT_TOKENS
         if not done:
             u["candidatesTokenCount"] = 1
         u["totalTokenCount"] = (u.get("promptTokenCount", 0) + u.get("candidatesTokenCount", 0)
@@ -136,14 +184,16 @@ class ModelHandler(_Base):
 
     async def stream(self, model: str) -> None:
         parts, finish = self.plan()
-        chunks = []
+        thought = [p for p in parts if p.get("thought")]
+        parts = [p for p in parts if not p.get("thought")]
+        chunks = [thought] if thought else []
         if "text" in parts[0]:
             text = parts[0]["text"]
             third = max(1, len(text) // 3)
             pieces = [p for p in (text[:third], text[third:2 * third], text[2 * third:]) if p]
-            chunks = [[{"text": p}] for p in pieces] or [[{"text": ""}]]
+            chunks += [[{"text": p}] for p in pieces] or [[{"text": ""}]]
         else:
-            chunks = [parts]
+            chunks.append(parts)
         docs = []
         for i, ps in enumerate(chunks):
             last = i == len(chunks) - 1
@@ -194,6 +244,7 @@ class FakeGemini(FakeOpenAI):
         self.text = DEFAULT_TEXT
         self.usage = {"promptTokenCount": 12, "candidatesTokenCount": 5,
                       "cachedContentTokenCount": 3}
+        self.tool_plan: dict | None = None
 
     def routes(self):
         kw = {"fake": self}

@@ -15,11 +15,12 @@ create/compact/input_tokens params) and the API reference.
 Like OpenAI it refuses unknown top-level parameters, unknown input item
 types and an unknown previous_response_id (400), and 404s unknown ids.
 
-The answer: with function tools offered and no function_call_output after
-the last user message, a function call (tests/fakes/agent_script.py picks
-which: Codex's exec_command reads the secret file); otherwise text (`fake_text`
-in metadata, else the default), after a reasoning item when metadata
-`fake_reasoning` is set.  Usage: input 30 (10 cached), output 6 (2 of them
+The answer follows tests/fakes/agent_script.py: a function call while
+function tools are offered and no function_call_output follows the last
+user message (`fake.tool_plan` picks it; else Codex's exec_command reads the
+secret file, else the first tool), then text quoting the output; otherwise
+text (`fake_text` in metadata, else the default).  A reasoning item comes
+first when metadata `fake_reasoning` is set.  Usage: input 30 (10 cached), output 6 (2 of them
 reasoning when there is a reasoning item), or metadata `fake_usage`
 "input,cached,output,reasoning".
 
@@ -42,7 +43,7 @@ import time
 
 from tornado.iostream import StreamClosedError
 
-from tests.fakes.agent_script import plan_call
+from tests.fakes.agent_script import next_turn
 
 DEFAULT_TEXT = "Hello from the fake Responses upstream."
 # ResponseCreateParams, plus the fields Codex CLI adds.
@@ -139,15 +140,22 @@ def plan(doc: dict, fake) -> list[dict]:
         out.append({"id": _id("rs_"), "type": "reasoning", "summary": [
             {"type": "summary_text", "text": "Thinking about it."}],
             "encrypted_content": "gAAAAfake"})
-    call = plan_call(doc.get("tools") or [], items, doc.get("tool_choice"))
-    if call is not None:
-        name, args = call
+    names = [t.get("name") for t in doc.get("tools") or ()
+             if isinstance(t, dict) and t.get("type") == "function"]
+    last_user = max((i for i, it in enumerate(items) if isinstance(it, dict)
+                     and it.get("type", "message") == "message" and it.get("role") == "user"),
+                    default=-1)
+    outputs = [it.get("output") for it in items[last_user + 1:] if isinstance(it, dict)
+               and it.get("type") == "function_call_output"]
+    turn = next_turn(fake, meta.get("fake_text") or DEFAULT_TEXT, names,
+                     outputs[-1] if outputs else None, bool(outputs),
+                     doc.get("tool_choice") != "none")
+    if turn.kind == "tool":
         out.append({"id": _id("fc_"), "type": "function_call", "status": "completed",
-                    "arguments": json.dumps(args), "call_id": _id("call_"), "name": name})
+                    "arguments": json.dumps(turn.input), "call_id": _id("call_"),
+                    "name": turn.tool})
         return out
-    outputs = [i.get("output") for i in items if isinstance(i, dict)
-               and i.get("type") == "function_call_output"]
-    text = meta.get("fake_text") or (f"The tool said: {outputs[-1]}" if outputs else DEFAULT_TEXT)
+    text = turn.text
     if doc.get("previous_response_id"):
         text += f" (continuing {doc['previous_response_id']})"
     out.append({"id": _id("msg_"), "type": "message", "status": "completed", "role": "assistant",

@@ -22,14 +22,21 @@ The request body may steer the answer (the relay passes unknown fields on):
     fake_delay   seconds between chunks (default 0)
     fake_text    the reply text (default "Hello from the fake upstream.")
 Models named o1, o1-mini, o1-preview reject a system message with 400, as
-OpenAI does; a message containing CONTEXT_TOO_LONG gets the 400
-context_length_exceeded error.
+OpenAI does; `reasoning_effort` is refused with 400 by models that are not
+reasoning models (o-series, gpt-5), as OpenAI does; gpt-4o models refuse an
+output limit over 16384 tokens; a message containing CONTEXT_TOO_LONG gets
+the 400 context_length_exceeded error.
+
+Tools follow the script in tests/fakes/agent_script.py: a tool call while
+tools are offered and the last message is not a tool result, then text
+quoting the result (`fake.tool_plan` picks the tool).
 """
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import re
 import socket
 import struct
 import time
@@ -39,8 +46,8 @@ from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 
-from tests.fakes import agent_script
 from tests.fakes import openai_responses as responses
+from tests.fakes.agent_script import next_turn
 from tests.fakes.server import ThreadedServer
 
 DEFAULT_TEXT = "Hello from the fake upstream."
@@ -99,7 +106,21 @@ class ChatHandler(_Base):
             return _err(self, 400, "This model's maximum context length is 8192 tokens. However, "
                                    "your messages resulted in 9000 tokens.",
                         "invalid_request_error", "context_length_exceeded")
-        text = b.get("fake_text", DEFAULT_TEXT)
+        if "reasoning_effort" in b and not re.match(r"^(o\d|gpt-5)", model):
+            return _err(self, 400, "Unsupported parameter: 'reasoning_effort' is not supported "
+                                   "with this model.", "invalid_request_error",
+                        "unsupported_parameter")
+        limit = b.get("max_completion_tokens") or b.get("max_tokens")
+        if model.startswith("gpt-4o") and isinstance(limit, int) and limit > 16384:
+            return _err(self, 400, f"max_tokens is too large: {limit}. This model supports at "
+                                   f"most 16384 completion tokens, whereas you provided {limit}.",
+                        "invalid_request_error", "invalid_value")
+        last = msgs[-1] if msgs and isinstance(msgs[-1], dict) else {}
+        turn = next_turn(self.fake, b.get("fake_text", DEFAULT_TEXT),
+                         [(t.get("function") or {}).get("name", "f") for t in b.get("tools") or ()],
+                         last.get("content"), last.get("role") == "tool",
+                         b.get("tool_choice") != "none")
+        text = turn.text
         nchunks = max(1, int(b.get("fake_chunks", 3)))
         usage = dict(prompt_tokens=10, completion_tokens=nchunks, cached_tokens=0)
         usage.update(b.get("fake_usage") or {})
@@ -109,16 +130,9 @@ class ChatHandler(_Base):
                      "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]}}
         cid = f"chatcmpl-fake{int(time.time() * 1000)}"
         tool_call = None
-        if b.get("tools") and b.get("tool_choice") != "none":
-            fn = b["tools"][0].get("function", {})
+        if turn.kind == "tool":
             tool_call = {"id": "call_fake1", "type": "function",
-                         "function": {"name": fn.get("name", "f"), "arguments": '{"city": "Paris"}'}}
-        if agent_script.offers_shell(b):  # a coding agent: the scripted shell round trip
-            call, result = agent_script.chat_plan(b), agent_script.chat_result(b)
-            tool_call = call and {"id": "call_script1", "type": "function", "function": {
-                "name": call[0], "arguments": json.dumps(call[1])}}
-            if result is not None:
-                text = agent_script.answer(result)
+                         "function": {"name": turn.tool, "arguments": json.dumps(turn.input)}}
         if not b.get("stream"):
             message = {"role": "assistant", "content": None if tool_call else text}
             if tool_call:
@@ -268,6 +282,7 @@ class FakeOpenAI(ThreadedServer):
         self.flaky_count = 0
         self.extra_handlers: list = []
         self.stored: dict[str, dict] = {}  # Responses kept with store (see openai_responses.py)
+        self.tool_plan: dict | None = None  # which tool the script calls (agent_script)
 
 
     def mode_url(self, mode: str) -> str:
