@@ -76,6 +76,10 @@ UPSTREAMS = [
                  id="anthropic"),
     # A reasoning model: the CLI's effort goes on as reasoning_effort.
     pytest.param(Upstream("openai", "gpt-5-mini", lambda rec: (10, 3, 0)), id="openai-chat"),
+    # An OpenAI channel that speaks only the Responses API: the CLI's calls
+    # converted to Responses requests (effort as reasoning.effort) and back.
+    pytest.param(Upstream("openai", "gpt-5-mini", lambda rec: (30, 6, 10),
+                          {"wire_api": "responses"}, "responsesonly"), id="openai-responses"),
     # Gemini 3: a thinking level, and replayed calls need a thought signature.
     pytest.param(Upstream("gemini", "gemini-3-pro-preview", _gemini_usage), id="gemini"),
 ]
@@ -274,6 +278,14 @@ def test_claude_code_tool_round_trip(env, proxy, tmp_path, up):
     if up.name == "openai":
         assert all(r["path"].endswith("/v1/chat/completions") for r in recs)
         assert all(r["body"].get("reasoning_effort") == "medium" for r in recs)
+    if up.name == "openai-responsesonly":
+        assert all(r["path"].endswith("/v1/responses") and r["body"]["store"] is False
+                   for r in recs)
+        assert all(r["body"].get("reasoning") == {"effort": "medium"} for r in recs)
+        # Its system messages, merged into one instruction.
+        assert recs[0]["body"].get("instructions")
+        assert not [i for r in recs for i in r["body"]["input"] if i.get("role") == "developer"]
+        assert any(i.get("type") == "function_call_output" for i in recs[-1]["body"]["input"])
     if up.kind == "gemini":
         assert recs[-1]["body"]["generationConfig"]["thinkingConfig"]["thinkingLevel"] == "high"
     if up.kind == "anthropic":

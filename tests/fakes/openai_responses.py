@@ -13,7 +13,9 @@ create/compact/input_tokens params) and the API reference.
     POST   /v1/responses/compact           -> response.compaction with a compaction item
 
 Like OpenAI it refuses unknown top-level parameters, unknown input item
-types and an unknown previous_response_id (400), and 404s unknown ids.
+types and an unknown previous_response_id (400), `reasoning.effort` on a
+model that does not reason and, on gpt-4o, `max_output_tokens` over 16384
+(model_refuses, shared with the chat fake), and 404s unknown ids.
 
 The answer follows tests/fakes/agent_script.py: a function call while
 function tools are offered and no function_call_output follows the last
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 import socket
 import struct
@@ -46,6 +49,10 @@ from tornado.iostream import StreamClosedError
 from tests.fakes.agent_script import next_turn
 
 DEFAULT_TEXT = "Hello from the fake Responses upstream."
+# o1, o3, o4-mini, gpt-5...: the models that take a reasoning effort.
+REASONING_MODELS = re.compile(r"^(o\d|gpt-5)")
+# Their most completion tokens, for the models whose limit the fakes know.
+OUTPUT_LIMITS = {"gpt-4o": 16384}
 # ResponseCreateParams, plus the fields Codex CLI adds.
 CREATE_PARAMS = frozenset({
     "access_programs", "background", "background_options", "context_management", "conversation",
@@ -84,6 +91,21 @@ def _items(doc: dict) -> list:
     return list(inp or [])
 
 
+def model_refuses(model: str, effort_field, limit) -> tuple[str, str, str] | None:
+    """(message, type, code) of OpenAI's 400 for what `model` does not take:
+    a reasoning effort (`effort_field` names it, when sent) on a model that
+    does not reason, or an output limit over the model's; else None."""
+    if effort_field and not REASONING_MODELS.match(model):
+        return (f"Unsupported parameter: '{effort_field}' is not supported with this model.",
+                "invalid_request_error", "unsupported_parameter")
+    most = next((n for prefix, n in OUTPUT_LIMITS.items() if model.startswith(prefix)), None)
+    if most and isinstance(limit, int) and limit > most:
+        return (f"max_tokens is too large: {limit}. This model supports at most {most} "
+                f"completion tokens, whereas you provided {limit}.", "invalid_request_error",
+                "invalid_value")
+    return None
+
+
 def check_create(handler, doc: dict, fake) -> bool:
     """OpenAI's own request checks; False once an error was written."""
     for key in doc:
@@ -101,6 +123,14 @@ def check_create(handler, doc: dict, fake) -> bool:
                                  "'function_call', 'function_call_output', 'reasoning', ...",
                    f"input[{i}].type", "invalid_value")
             return False
+    effort = (doc.get("reasoning") or {}).get("effort") is not None
+    refused = model_refuses(doc["model"], effort and "reasoning.effort",
+                            doc.get("max_output_tokens"))
+    if refused:
+        message, _, code = refused
+        _error(handler, 400, message, "reasoning.effort" if code == "unsupported_parameter"
+               else "max_output_tokens", code)
+        return False
     prev = doc.get("previous_response_id")
     if prev is not None and prev not in fake.stored:
         _error(handler, 400, f"Previous response with id '{prev}' not found.",

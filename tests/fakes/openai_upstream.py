@@ -23,8 +23,8 @@ The request body may steer the answer (the relay passes unknown fields on):
     fake_text    the reply text (default "Hello from the fake upstream.")
 Models named o1, o1-mini, o1-preview reject a system message with 400, as
 OpenAI does; `reasoning_effort` is refused with 400 by models that are not
-reasoning models (o-series, gpt-5), as OpenAI does; gpt-4o models refuse an
-output limit over 16384 tokens; a message containing CONTEXT_TOO_LONG gets
+reasoning models (o-series, gpt-5), as OpenAI does, and gpt-4o models refuse an
+output limit over 16384 tokens (openai_responses.model_refuses); a message containing CONTEXT_TOO_LONG gets
 the 400 context_length_exceeded error.
 
 Tools follow the script in tests/fakes/agent_script.py: a tool call while
@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
 import socket
 import struct
 import time
@@ -106,15 +105,10 @@ class ChatHandler(_Base):
             return _err(self, 400, "This model's maximum context length is 8192 tokens. However, "
                                    "your messages resulted in 9000 tokens.",
                         "invalid_request_error", "context_length_exceeded")
-        if "reasoning_effort" in b and not re.match(r"^(o\d|gpt-5)", model):
-            return _err(self, 400, "Unsupported parameter: 'reasoning_effort' is not supported "
-                                   "with this model.", "invalid_request_error",
-                        "unsupported_parameter")
-        limit = b.get("max_completion_tokens") or b.get("max_tokens")
-        if model.startswith("gpt-4o") and isinstance(limit, int) and limit > 16384:
-            return _err(self, 400, f"max_tokens is too large: {limit}. This model supports at "
-                                   f"most 16384 completion tokens, whereas you provided {limit}.",
-                        "invalid_request_error", "invalid_value")
+        refused = responses.model_refuses(model, "reasoning_effort" in b and "reasoning_effort",
+                                          b.get("max_completion_tokens") or b.get("max_tokens"))
+        if refused:
+            return _err(self, 400, *refused)
         last = msgs[-1] if msgs and isinstance(msgs[-1], dict) else {}
         turn = next_turn(self.fake, b.get("fake_text", DEFAULT_TEXT),
                          [(t.get("function") or {}).get("name", "f") for t in b.get("tools") or ()],
