@@ -5,7 +5,9 @@ Responses passed through; chat-only OpenAI, Anthropic and Gemini bridged).
 
 In every run the model (a fake playing tests/fakes/agent_script.py) asks for
 Codex's shell tool to print a file holding a random secret; Codex runs it,
-sends the output back, and its final answer carries the secret.  Codex may
+sends the output back, and its final answer carries the secret.  The
+Anthropic run sets a reasoning effort, which reaches the upstream as
+thinking.  Codex may
 reach no host but 127.0.0.1: its proxies point at a recording black hole.
 Billing is checked to the unit after each run.
 """
@@ -61,9 +63,10 @@ def env(relay, admin):
         f.stop()
 
 
-def config(base_url: str, model: str, web_search: bool) -> str:
+def config(base_url: str, model: str, web_search: bool, effort: str | None = None) -> str:
     return "\n".join([
         f'model = "{model}"', 'model_provider = "relay"', 'approval_policy = "never"',
+        *([f'model_reasoning_effort = "{effort}"'] if effort else []),
         'sandbox_mode = "danger-full-access"', "check_for_update_on_startup = false",
         *([] if web_search else ['web_search = "disabled"']),
         "[analytics]", "enabled = false", "[feedback]", "enabled = false",
@@ -76,14 +79,15 @@ def config(base_url: str, model: str, web_search: bool) -> str:
 
 
 def run_codex(env, tmp_path, model: str, web_search: bool, base_url: str = "",
-              key: str = "") -> tuple[dict, str, str]:
+              key: str = "", effort: str | None = None) -> tuple[dict, str, str]:
     tok = {} if key else env["user"].create_token(name="codex", remain_quota=10 ** 10)
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
     secret = "SECRET-" + secrets.token_hex(8)
     (work / "secret.txt").write_text(secret + "\n")
-    (home / "config.toml").write_text(config(base_url or env["relay"].url, model, web_search))
+    (home / "config.toml").write_text(config(base_url or env["relay"].url, model, web_search,
+                                             effort))
     proc_env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "CODEX"))}
     proc_env.update(env["proxy"].env(), CODEX_HOME=str(home), RELAY_TEST_KEY=key or tok["key"],
                     HOME=str(tmp_path), NO_COLOR="1")
@@ -124,7 +128,9 @@ def test_codex_tool_round_trip(env, tmp_path, model):
     since = len(fake.requests)
     before = len(env["proxy"].attempts)
     web_search = model in ("codex-responses", "codex-gemini")
-    tok, secret, output = run_codex(env, tmp_path, model, web_search)
+    # Through Anthropic with a reasoning effort: thinking on the first turn.
+    effort = "high" if model == "codex-anthropic" else None
+    tok, secret, output = run_codex(env, tmp_path, model, web_search, effort=effort)
     assert secret in output, output[-3000:]
     sent = fake.requests[since:]
     assert len(sent) >= 2  # the tool call, then the answer with its output
@@ -137,6 +143,11 @@ def test_codex_tool_round_trip(env, tmp_path, model):
         assert all(r["path"].endswith("/chat/completions") for r in sent)
         assert sent[-1]["body"]["messages"][-1]["role"] == "tool"
         assert secret in sent[-1]["body"]["messages"][-1]["content"]
+    elif model == "codex-anthropic":
+        assert sent[0]["body"]["thinking"]["type"] == "enabled"
+        # the tool loop has no signed thinking block to replay: none asked for
+        assert "thinking" not in sent[-1]["body"]
+        assert secret in json.dumps(sent[-1]["body"]["messages"][-1]["content"])
     assert env["proxy"].attempts[before:] == [], env["proxy"].attempts
     check_billing(env, tok, usage, len(sent))
 
