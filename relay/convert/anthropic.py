@@ -10,10 +10,10 @@ one the other side accepts.
 """
 from __future__ import annotations
 
-import json
 import time
+from typing import Any
 
-from relay.convert.anthropic_request import request_to_openai, validate  # noqa: F401
+from relay.convert.anthropic_request import request_to_openai, tool_call, validate  # noqa: F401
 from relay.convert.common import (canonical_effort, new_id, openai_usage, parse_args,
                                   split_data_url, text_of)
 from relay.pricing import Usage
@@ -195,10 +195,7 @@ def message_to_openai(msg: dict, model: str | None = None) -> dict:
         if kind == "text":
             texts.append(b.get("text", ""))
         elif kind == "tool_use":
-            calls.append({"id": b.get("id", ""), "type": "function",
-                          "function": {"name": b.get("name", ""),
-                                       "arguments": json.dumps(b.get("input") or {},
-                                                               ensure_ascii=False)}})
+            calls.append(tool_call(b))
         elif kind == "thinking":
             thinking.append(b.get("thinking", ""))
     message: dict = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}

@@ -229,6 +229,13 @@ def _user_messages(content: Any) -> list[dict]:
     return out
 
 
+def tool_call(block: dict) -> dict:
+    """A tool_use block -> an OpenAI tool call."""
+    return {"id": block.get("id", ""), "type": "function",
+            "function": {"name": block.get("name", ""),
+                         "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False)}}
+
+
 def _assistant_message(content: Any) -> dict | None:
     """An assistant turn -> one OpenAI message, or None when nothing in it
     is readable elsewhere (only thinking or server-tool blocks)."""
@@ -240,10 +247,7 @@ def _assistant_message(content: Any) -> dict | None:
         if kind == "text":
             texts.append(b.get("text", ""))
         elif kind == "tool_use":
-            calls.append({"id": b.get("id", ""), "type": "function",
-                          "function": {"name": b.get("name", ""),
-                                       "arguments": json.dumps(b.get("input") or {},
-                                                               ensure_ascii=False)}})
+            calls.append(tool_call(b))
     if not texts and not calls:
         return None
     msg: dict = {"role": "assistant", "content": "".join(texts) if texts else None}
