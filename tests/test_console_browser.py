@@ -1,7 +1,8 @@
 """The console in a real browser, a user's flows: Debian's headless
 Chromium driven by selenium against a real relay process, a fake upstream
 and a local webhook receiver.  Saves screenshots of the main pages to
-test-artifacts/screenshots/."""
+test-artifacts/tmp/screenshots/ (tests/browser.py says how to refresh the
+README's pictures)."""
 from __future__ import annotations
 
 import base64

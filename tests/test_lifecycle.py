@@ -24,8 +24,17 @@ def fake():
 
 
 def _children(pid):
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
+    """Child pids, read from /proc (no `ps`: procps may be missing)."""
+    kids = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except OSError:  # not a process, or gone meanwhile
+            continue
+        # The command name (field 2) may hold spaces; ppid follows the ')'.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            kids.append(int(entry))
+    return kids
 
 
 def _alive(pid):
