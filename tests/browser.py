@@ -35,7 +35,7 @@ def available() -> bool:
 class Browser:
     """One Chromium with a fresh profile; `quit()` removes the profile."""
 
-    def __init__(self, width: int = 1280, height: int = 900):
+    def __init__(self, width: int = 1366, height: int = 768):
         self.profile = tempfile.mkdtemp(prefix="chromium-")
         opts = webdriver.ChromeOptions()
         opts.binary_location = CHROMIUM
@@ -47,6 +47,11 @@ class Browser:
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
         self.driver.set_page_load_timeout(60)
+        # The window size includes the browser's own bars (and headless
+        # Chromium has a minimum width): set the page's viewport exactly, as
+        # a phone's (mobile) when narrow.
+        self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
 
     def quit(self) -> None:
         try:

@@ -1,6 +1,6 @@
 import { t } from '../i18n.js';
 import { get, post } from '../api.js';
-import { boot } from '../common.js';
+import { boot, user as me } from '../common.js';
 import { $, el, credits, toUnits, fillRows, showError, showOk, openDialog, toast, copyText } from '../ui.js';
 
 boot();
@@ -15,7 +15,8 @@ function row(u) {
       el('button', { class: 'small adjust', onclick: () => adjust(u) }, t('admin.adjust')),
       el('button', { class: 'small secondary', onclick: () => manage(u, u.status === 1 ? 'disable' : 'enable') },
         u.status === 1 ? t('keys.disable') : t('keys.enable')),
-      el('button', { class: 'small secondary reset', onclick: () => resetPassword(u) }, t('admin.reset_password'))));
+      // One's own password is changed on the Account page, with the current one.
+      u.id !== me.id && el('button', { class: 'small secondary reset', onclick: () => resetPassword(u) }, t('admin.reset_password'))));
 }
 
 async function resetPassword(u) {
