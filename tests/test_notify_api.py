@@ -409,7 +409,11 @@ def test_ssrf_guard_on_in_a_relay(fresh_relay, fake):
     # A host *name* that resolves to loopback passes the write-time check but is
     # refused when sending, by the resolver.
     host = socket.gethostname()
-    if socket.gethostbyname(host).startswith("127."):
+    try:
+        address = socket.gethostbyname(host)
+    except socket.gaierror:  # a machine whose own name does not resolve (a bare chroot)
+        address = ""
+    if address.startswith("127."):
         sub = subscribe(api, "webhook", {"url": f"http://{host}:{fake.port}/hook/ok/ssrf"})
         result = api.post(f"/api/subscription/{sub['id']}/test")["data"]
         assert not result["ok"] and "private" in result["error"]
