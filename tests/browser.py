@@ -21,11 +21,9 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A test run writes its screenshots to an ignored folder, so that it never
-# dirties the tree; the README's pictures (test-artifacts/screenshots) are
-# refreshed on purpose with `SCREENSHOTS_DIR=test-artifacts/screenshots
-# bash tests/run.sh -m browser` (README, "Screenshots").
-SCREENSHOTS = os.path.join(ROOT, os.environ.get("SCREENSHOTS_DIR")
-                           or os.path.join("test-artifacts", "tmp", "screenshots"))
+# dirties the tree; `bash tests/refresh_screenshots.sh` copies the README's
+# pictures from there to test-artifacts/screenshots on purpose.
+SCREENSHOTS = os.path.join(ROOT, "test-artifacts", "tmp", "screenshots")
 
 
 def available() -> bool:
