@@ -27,6 +27,14 @@ pytestmark = MARKS
 NEW_PASSWORD = "Harbor-Tangerine-58"
 
 
+def line_counts(br, css: str) -> list:
+    """(text, lines) of each match: a name broken across lines counts more than one."""
+    return br.js("""return [...document.querySelectorAll(arguments[0])].map((td) => {
+        const rg = document.createRange(); rg.selectNodeContents(td);
+        return [td.textContent, new Set([...rg.getClientRects()].map((x) => Math.round(x.top))).size];
+    });""", css)
+
+
 def hit(br, css: str) -> dict:
     """Where an element is, and whether a click at its centre reaches it
     (visible in the viewport, not covered, not scrolled away)."""
@@ -75,10 +83,13 @@ def test_key_form_keeps_its_actions_in_view_and_shows_disabled_fields(relay, env
     assert b.js("return getComputedStyle(document.querySelector(\"label[for='k-quota']\")).color") \
         != quota_label
     b.find("#k-models-list input[value='gpt-4o-mini']").click()
-    b.screenshot("key-form")
+    b.screenshot("key-form-long")
     b.click("#key-save")
     b.visible("#key-created-value")
     b.click("#key-created-close")
+    b.wait(lambda d: "layout-key" in b.texts("#keys-table td.name"), what="the new row")
+    lines = line_counts(b, "#keys-table td.name")
+    assert all(n == 1 for _, n in lines), lines
     no_script_errors(b)
 
 
@@ -139,10 +150,7 @@ def test_phone_tables_are_cards_with_reachable_actions(relay, env, upstream):
                           f"{table} td.actions button", i)
                 assert r[0] >= 0 and r[1] <= 390 and r[2], (path, i, r)
             # Names stay whole: each fits on one line.
-            lines = br.js("""return [...document.querySelectorAll(arguments[0])].map((td) => {
-                const rg = document.createRange(); rg.selectNodeContents(td);
-                return [td.textContent, new Set([...rg.getClientRects()].map((x) => Math.round(x.top))).size];
-            });""", f"{table} td.name")
+            lines = line_counts(br, f"{table} td.name")
             assert lines and all(n == 1 for _, n in lines), lines
             # Each value carries its column's name (the header row is hidden).
             assert br.js("return getComputedStyle(document.querySelector(arguments[0] + ' td'),"
