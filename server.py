@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import re
 import signal
 import sys
@@ -150,7 +151,7 @@ async def serve(config) -> None:
         # Printed once, to the console only, never to the log.
         print(f"\n  First start: administrator 'root' created with password: {generated}\n"
               "  It will not be shown again; you will choose a new one at the first sign-in.\n"
-              "  Lost it? python server.py --reset-admin-password\n", flush=True)
+              f"  Lost it? {_own_command()} --reset-admin-password\n", flush=True)
     bus = Bus()
     app = build_app(config, store, bus)
     await start_workers(app)
@@ -172,6 +173,12 @@ async def serve(config) -> None:
     await server.close_all_connections()
     await store.close()
     log.info("stopped")
+
+
+def _own_command() -> str:
+    """How this server was started, to repeat with another flag (e.g. `.venv/bin/python server.py`)."""
+    python = os.path.relpath(sys.executable)
+    return f"{sys.executable if python.startswith('..') else python} {sys.argv[0]}"
 
 
 # Commands given as flags: each runs instead of the server and exits.

@@ -39,7 +39,7 @@ async def seed(store, admin_password: str = "") -> str | None:
             # environment silently override a password root chose.
             log.warning("admin_password (RELAY_ADMIN_PASSWORD) differs from root's password and "
                         "is ignored: it only sets the password when root is first created. "
-                        "To recover root, run: python server.py --reset-admin-password")
+                        "To recover root, run server.py with --reset-admin-password.")
         return None
     generated = None
     password = admin_password
