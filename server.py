@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import re
 import signal
 import sys
@@ -20,8 +21,8 @@ from tornado.httpserver import HTTPServer
 
 import settings as settings_mod
 from models.secrets import Vault, load_or_create_secret
-from models.seed import seed
 from models.responses import ResponseStore
+from models.seed import reset_root_password, seed
 from models.store import Store
 from notify.bus import Bus
 from relay.billing import Billing
@@ -155,7 +156,8 @@ async def serve(config) -> None:
     if generated:
         # Printed once, to the console only, never to the log.
         print(f"\n  First start: administrator 'root' created with password: {generated}\n"
-              "  It will not be shown again; change it after signing in.\n", flush=True)
+              "  It will not be shown again; you will choose a new one at the first sign-in.\n"
+              f"  Lost it? {_own_command()} --reset-admin-password\n", flush=True)
     bus = Bus()
     app = build_app(config, store, bus)
     await start_workers(app)
@@ -179,8 +181,37 @@ async def serve(config) -> None:
     log.info("stopped")
 
 
+def _own_command() -> str:
+    """How this server was started, to repeat with another flag (e.g. `.venv/bin/python server.py`)."""
+    python = os.path.relpath(sys.executable)
+    return f"{sys.executable if python.startswith('..') else python} {sys.argv[0]}"
+
+
+# Commands given as flags: each runs instead of the server and exits.
+ACTIONS = {"reset_admin_password":
+           "Give the administrator root a new password, print it once and exit; root must "
+           "change it at the next sign-in (uses the same database settings as the server)."}
+
+
+async def reset_admin_password(config) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    store = Store(config.mongo_url, config.data_dir, config.db_name)
+    await store.start()
+    try:
+        password = await reset_root_password(store)
+    finally:
+        await store.close()
+    # Printed once, to the terminal only, never to the log.
+    print(f"New password for the administrator 'root': {password}\n"
+          "It will not be shown again; root must choose a new one at the next sign-in.",
+          flush=True)
+
+
 def main(argv=None) -> None:
-    config = settings_mod.load(sys.argv[1:] if argv is None else argv)
+    config, actions = settings_mod.parse(sys.argv[1:] if argv is None else argv, actions=ACTIONS)
+    if actions["reset_admin_password"]:
+        asyncio.run(reset_admin_password(config))
+        return
     try:
         import uvloop
         uvloop.install()

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -19,84 +21,112 @@ from typing import Any, Mapping, Sequence
 
 @dataclass(frozen=True)
 class Settings:
+    # Each field's help in `python server.py --help` is the comment block
+    # right above it (describe() reads them): every field needs one.
+
+    # TCP port the relay listens on.
     port: int = 3000
+    # Address to listen on (0.0.0.0: every interface; 127.0.0.1: this machine only).
     host: str = "0.0.0.0"
+    # Folder for the embedded database, the generated secret and the pid files.
     data_dir: str = "./data"
-    # Empty means: start the embedded MongoDB-compatible server under data_dir.
+    # MongoDB URL (mongodb://...); empty starts the embedded MongoDB-compatible server under data_dir.
     mongo_url: str = ""
+    # Database name inside the MongoDB server.
     db_name: str = "relay"
+    # TOML file with settings (keys as below); the environment and flags override it.
     config: str = ""
-    # Server secret for key encryption, key lookup hashes and cookies.  When
-    # empty, one is generated once and kept in data_dir/secret.key; several
-    # relay processes sharing one database must be given the same value.
+    # Server secret for key encryption, key lookup hashes and cookies; empty: one is generated
+    # once into data_dir/secret.key (relays sharing a database need the same value).
     secret: str = ""
+    # Password for the administrator root, used only when the first start creates root (a
+    # different value later is ignored with a warning: use --reset-admin-password).
     admin_password: str = ""
+    # Log level: debug, info, warning or error (debug also logs every request).
     log_level: str = "info"
-    # Large enough for a 20 MB image sent as base64 inside JSON.
+    # Largest request body in MB (32 fits a 20 MB image sent as base64 inside JSON).
     max_body_mb: int = 32
+    # Seconds to wait for a TCP connection to an upstream (524 after that).
     connect_timeout: float = 10.0
     # Seconds to wait for the upstream's first byte (504 after that).
     first_byte_timeout: float = 120.0
     # Seconds a stream may stay silent before we give up on it.
     stream_idle_timeout: float = 120.0
+    # Most upstream connections open at once (curl client pool).
     max_upstream_clients: int = 512
+    # Further channels tried after a failed upstream call (0: no retry).
     retries: int = 2
-    # Cost reserved for a chat call that names no max_tokens.
+    # Output tokens reserved for a chat call that names no max_tokens.
     default_max_tokens: int = 4096
+    # Seconds between flushes of usage records and balance changes to the database.
     usage_flush_interval: float = 0.25
+    # Seconds that running calls may take to finish after SIGTERM.
     shutdown_grace: float = 30.0
-    # Quota units a process leases from an account or key at once; see
-    # relay/billing.py for why leases exist.
+    # Quota units a process leases from an account or key at once (see relay/leases.py).
     lease_chunk: int = 2_000_000
+    # Seconds a process trusts its cached keys, users, groups, prices and channels.
     cache_ttl: float = 300.0
-    # Cross-process cache invalidation poll interval (seconds).
+    # Seconds between checks for changes made by other relay processes.
     invalidation_poll: float = 0.5
+    # Days usage records are kept (0: forever).
     usage_retention_days: int = 0
     # Days a response made with `store` (the default) is kept for
     # previous_response_id and GET /v1/responses/{id}, as OpenAI keeps them;
     # 0 keeps them until their key or owner is deleted.
     responses_retention_days: float = 30
+    # Mark cookies Secure (turn on when the console is served over HTTPS).
     secure_cookies: bool = False
-    # Notifications reach webhooks, bots and push services by their users'
-    # URLs; private and loopback addresses are refused unless this is on.
+    # Let notifications reach private and loopback addresses (off: refused, an SSRF guard).
     allow_private_webhooks: bool = False
-    # Server-wide SMTP for the e-mail channel; smtp_tls: starttls, tls or none.
+    # SMTP server for the e-mail channel (empty: e-mail notifications are off).
     smtp_host: str = ""
+    # SMTP server port (587 for starttls, 465 for tls).
     smtp_port: int = 587
+    # SMTP user name (empty: no login).
     smtp_user: str = ""
+    # SMTP password for smtp_user.
     smtp_password: str = ""
+    # Sender address of notification e-mails.
     smtp_from: str = ""
+    # SMTP encryption: starttls, tls or none.
     smtp_tls: str = "starttls"
+    # Check the SMTP server's certificate.
     smtp_verify_cert: bool = True
-    # Vendor base URLs, so that self-hosted bot APIs, proxies and tests work.
+    # WeCom API base URL (for a self-hosted proxy or tests).
     notify_wecom_base: str = "https://qyapi.weixin.qq.com"
+    # Telegram Bot API base URL (for a self-hosted Bot API server or tests).
     notify_telegram_base: str = "https://api.telegram.org"
+    # ServerChan API base URL.
     notify_serverchan_base: str = "https://sctapi.ftqq.com"
+    # WxPusher API base URL.
     notify_wxpusher_base: str = "https://wxpusher.zjiecode.com"
-    # The operator's WxPusher app (users bind their UID to it by a QR code).
+    # The operator's WxPusher app token (users bind their UID to it by a QR code).
     notify_wxpusher_app_token: str = ""
     # When set, the push service must call /api/notify/push/callback?token=<this>.
     notify_push_callback_token: str = ""
-    # Outbox worker: poll interval, parallel sends, per-send timeout, how
-    # long a claim lasts (longer than any send), first retry delay (doubling
-    # up to an hour) and how long to keep retrying before a final failure.
+    # Seconds between polls of the notification outbox.
     notify_poll_interval: float = 1.0
+    # Notifications sent at once.
     notify_concurrency: int = 8
+    # Seconds one notification send may take.
     notify_send_timeout: float = 20.0
+    # Seconds a process holds a claimed notification (longer than any send).
     notify_claim_lease: float = 120.0
+    # Seconds before the first retry of a failed notification (doubling up to an hour).
     notify_retry_base: float = 30.0
+    # Seconds to keep retrying a notification before it fails for good.
     notify_retry_window: float = 86400.0
-    # Seconds a process trusts its cached subscriptions (writes elsewhere
-    # in this process invalidate at once; other processes catch up by this).
+    # Seconds a process trusts its cached subscriptions (other processes' writes show after this).
     notify_cache_ttl: float = 10.0
-    # Sent and failed outbox records are kept this long for the history view.
+    # Days sent and failed notifications are kept for the history view.
     notify_history_days: int = 30
-    # JSON list of {"url": ..., "region": ..., "groups": [...]}.
+    # Base addresses shown in the console: a JSON list of {"url", "region", "groups"}.
     base_addresses: str = "[]"
+    # Let people create accounts on the sign-in page (the console setting overrides it).
     registration_enabled: bool = True
-    # Midjourney tasks: seconds between polls of the upstreams for progress,
-    # and how long a task may stay unfinished before it fails (and is refunded).
+    # Seconds between polls of the upstreams for Midjourney task progress.
     mj_poll_interval: float = 5.0
+    # Seconds a Midjourney task may stay unfinished before it fails and is refunded.
     mj_task_timeout: float = 3600.0
 
     @property
@@ -125,16 +155,58 @@ def _coerce(kind: Any, raw: Any) -> Any:
     return str(raw)
 
 
+_METAVARS = {"int": "N", "float": "NUMBER", "bool": "true|false", "str": "TEXT"}
+_FIELD_LINE = re.compile(r"^    (\w+): [^=]+=")
+
+
+def describe() -> dict[str, str]:
+    """Each field's one-line help: the comment block right above it in the
+    Settings class, joined.  A field without one maps to ""."""
+    out: dict[str, str] = {}
+    block: list[str] = []
+    for line in inspect.getsource(Settings).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#") and line.startswith("    #"):
+            block.append(stripped.lstrip("#").strip())
+            continue
+        m = _FIELD_LINE.match(line)
+        if m:
+            out[m.group(1)] = " ".join(block)
+        block = []
+    return out
+
+
+def _parser(actions: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        usage="python server.py [--SETTING VALUE ...]" + "".join(
+            f" [--{a.replace('_', '-')}]" for a in actions),
+        description="AI API relay.  Every setting is also RELAY_<NAME> in the environment and "
+                    "a key in the --config TOML file (flags > environment > file > defaults).")
+    helps = describe()
+    for f in dataclasses.fields(Settings):
+        text = f"{helps.get(f.name, '')} (default: {f.default!r})".replace("%", "%%")
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None,
+                            metavar=_METAVARS.get(f.type, "TEXT"), help=text)
+    for name, text in actions.items():
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, action="store_true",
+                            default=False, help=text.replace("%", "%%"))
+    return parser
+
+
 def load(argv: Sequence[str] | None = None,
          environ: Mapping[str, str] | None = None) -> Settings:
-    environ = os.environ if environ is None else environ
-    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    return parse(argv, environ)[0]
 
-    parser = argparse.ArgumentParser(description="AI API relay")
-    for name, f in fields.items():
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None,
-                            help=f"(default: {f.default!r})")
-    args = vars(parser.parse_args(list(argv or [])))
+
+def parse(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None,
+          actions: Mapping[str, str] | None = None) -> tuple[Settings, dict[str, bool]]:
+    """The settings, and which of `actions` (flag name -> help; commands
+    such as reset_admin_password, not settings) were given."""
+    environ = os.environ if environ is None else environ
+    actions = actions or {}
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    args = vars(_parser(actions).parse_args(list(argv or [])))
+    chosen = {name: bool(args.pop(name)) for name in actions}
 
     values: dict[str, Any] = {}
     config_path = args.get("config") or environ.get("RELAY_CONFIG", "")
@@ -154,4 +226,4 @@ def load(argv: Sequence[str] | None = None,
     if unknown:
         raise SystemExit(f"unknown settings: {', '.join(sorted(unknown))}")
     typed = {k: _coerce(fields[k].type, v) for k, v in values.items()}
-    return Settings(**typed)
+    return Settings(**typed), chosen

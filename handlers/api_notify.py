@@ -85,10 +85,12 @@ class PreviewHandler(NotifyHandler):
         if not isinstance(cfg, dict):
             raise ApiError(400, "channel_config must be an object.")
         try:
-            result = self.notifier.preview(
+            # The form's thresholds and keys, as the saved subscription would have them.
+            targets = await self.notifier.subs.clean_targets(user, body)
+            result = await self.notifier.preview(
                 user, str(body.get("channel_type") or ""), cfg,
-                str(body.get("event_type") or "announcement"))
-        except ValueError as exc:
+                str(body.get("event_type") or "announcement"), targets)
+        except (ValueError, Invalid) as exc:
             raise ApiError(400, str(exc)) from None
         self.ok(result)
 

@@ -10,6 +10,7 @@ from cachetools import TTLCache
 from handlers.base import ApiError, ApiHandler
 from models.passwords import hash_password, needs_update, password_problem, verify_password
 from models.records import ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER_ENABLED
+from models.seed import reset_fields, temporary_password
 from models.store import DuplicateKeyError, now
 from relay.billing import USER
 
@@ -29,7 +30,8 @@ def user_view(handler: ApiHandler, doc: dict) -> dict:
             "display_name": doc.get("display_name", ""), "role": doc.get("role", ROLE_USER),
             "status": doc.get("status", USER_ENABLED), "group": doc.get("group", "default"),
             "quota": remaining, "used_quota": used, "created_time": doc.get("created_time", 0),
-            "marketing_opt_in": bool(doc.get("marketing_opt_in"))}
+            "marketing_opt_in": bool(doc.get("marketing_opt_in")),
+            "must_change_password": bool(doc.get("must_change_password"))}
 
 
 async def registration_open(handler: ApiHandler) -> bool:
@@ -117,6 +119,8 @@ class RegisterHandler(ApiHandler):
 
 
 class SelfHandler(ApiHandler):
+    open_before_password_change = True
+
     async def get(self) -> None:
         self.ok(user_view(self, self.require_user()))
 
@@ -134,14 +138,7 @@ class SelfHandler(ApiHandler):
                 raise ApiError(400, f"Not an e-mail address: {email!r}.")
             update["email"] = email
         if body.get("password"):
-            if not verify_password(str(body.get("original_password") or ""),
-                                   user.get("password_hash", "")):
-                raise ApiError(403, "The current password is wrong.")
-            problem = password_problem(str(body["password"]), user.get("username", ""),
-                                       user.get("email", ""))
-            if problem:
-                raise ApiError(400, problem)
-            update["password_hash"] = hash_password(str(body["password"]))
+            update.update(self.new_password(user, body, update.get("email")))
         if not update:
             raise ApiError(400, "Nothing to change.")
         inc = {"session_epoch": 1} if "password_hash" in update else {}
@@ -151,7 +148,23 @@ class SelfHandler(ApiHandler):
         await self.ctx["catalog"].changed("user", user["_id"])
         if inc:
             self.start_session(doc)
-        self.ok(user_view(self, doc), "Saved.")
+        self.ok(user_view(self, doc), "Password changed." if inc else "Saved.")
+
+    @staticmethod
+    def new_password(user: dict, body: dict, email: str | None) -> dict:
+        """The fields that set the caller's own new password, after checking
+        the current one; also clears a reset's must-change flag."""
+        password = str(body["password"])
+        current = user.get("password_hash", "")
+        if not verify_password(str(body.get("original_password") or ""), current):
+            raise ApiError(403, "The current password is wrong.")
+        if verify_password(password, current):
+            raise ApiError(400, "The new password must differ from the current one.")
+        problem = password_problem(password, user.get("username", ""),
+                                   email if email is not None else user.get("email", ""))
+        if problem:
+            raise ApiError(400, problem)
+        return {"password_hash": hash_password(password), "must_change_password": False}
 
 
 class AccessTokenHandler(ApiHandler):
@@ -253,15 +266,23 @@ class UsersHandler(ApiHandler):
             if body["status"] not in (USER_ENABLED, USER_DISABLED):
                 raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
             update["status"] = body["status"]
+        reset: dict = {}
         if body.get("password"):
-            problem = password_problem(str(body["password"]))
+            password = str(body["password"])
+            problem = password_problem(password, target.get("username", ""),
+                                       update.get("email", target.get("email", "")))
             if problem:
                 raise ApiError(400, problem)
-            update["password_hash"] = hash_password(str(body["password"]))
-        if not update and "quota" not in body:
+            if target["_id"] == admin["_id"]:
+                raise ApiError(400, "Change your own password on your account page "
+                                    "(PUT /api/user/self with original_password).")
+            # The user must replace a password somebody else chose.
+            reset = reset_fields(password)
+        if not update and not reset and "quota" not in body:
             raise ApiError(400, "Nothing to change.")
-        if update:
-            await self.store.db.users.update_one({"_id": target["_id"]}, {"$set": update})
+        if update or reset:
+            change = {**reset, "$set": {**reset.get("$set", {}), **update}}
+            await self.store.db.users.update_one({"_id": target["_id"]}, change)
         if "quota" in body:
             await self.ctx["billing"].set_remaining(USER, target["_id"], _int(body["quota"], "quota"))
         await self.ctx["catalog"].changed("user", target["_id"])
@@ -321,6 +342,23 @@ class ManageUserHandler(UsersHandler):
         self.ok(user_view(self, doc), "Saved.")
 
 
+class ResetPasswordHandler(UsersHandler):
+    """A new temporary password for a user, shown to the administrator once;
+    the user must replace it at the next sign-in (sessions end now)."""
+
+    async def post(self, ident: str) -> None:
+        admin = self.require_admin()
+        target = await self._target(admin, ident)
+        if target["_id"] == admin["_id"]:
+            raise ApiError(400, "Change your own password on your account page.")
+        password = temporary_password()
+        await self.store.db.users.update_one({"_id": target["_id"]}, reset_fields(password))
+        await self.ctx["catalog"].changed("user", target["_id"])
+        self.ok({"id": target["_id"], "username": target.get("username", ""),
+                 "password": password},
+                "Password reset: give it to the user, who must choose a new one at sign-in.")
+
+
 class AdjustQuotaHandler(UsersHandler):
     """Add or remove balance with a reason; kept in the ledger."""
 
@@ -367,5 +405,6 @@ default_handlers = [
     (r"/api/user/manage/?", ManageUserHandler),
     (r"/api/user/?", UsersHandler),
     (r"/api/user/(\d+)/quota/?", AdjustQuotaHandler),
+    (r"/api/user/(\d+)/password/?", ResetPasswordHandler),
     (r"/api/user/(\d+)/?", UserHandler),
 ]

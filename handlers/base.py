@@ -84,6 +84,9 @@ class ApiHandler(Base):
     """JSON under /api: every reply is {"success", "message", "data"}."""
 
     auth_method = ""  # "session" or "token", set by get_current_user
+    # A user whose password was reset by someone else may only use handlers
+    # that set this (their own account), until they choose a new password.
+    open_before_password_change = False
 
     def ok(self, data: Any = None, message: str = "") -> None:
         self.set_header("Content-Type", "application/json; charset=utf-8")
@@ -167,6 +170,9 @@ class ApiHandler(Base):
     def require_user(self) -> dict:
         if not self.current_user:
             raise ApiError(401, "Not signed in.")
+        if self.current_user.get("must_change_password") and not self.open_before_password_change:
+            raise ApiError(403, "Choose a new password first: PUT /api/user/self with "
+                                "original_password and password (the console's Account page).")
         return self.current_user
 
     def require_admin(self) -> dict:

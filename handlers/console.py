@@ -28,6 +28,7 @@ PAGES = [
     ("usage", "/console/usage", "user"),
     ("topup", "/console/topup", "user"),
     ("notify", "/console/notify", "user"),
+    ("account", "/console/account", "user"),
     ("admin_users", "/console/admin/users", "admin"),
     ("admin_codes", "/console/admin/codes", "admin"),
     ("admin_groups", "/console/admin/groups", "admin"),
@@ -36,7 +37,7 @@ PAGES = [
     ("admin_announcements", "/console/admin/announcements", "admin"),
     ("admin_settings", "/console/admin/settings", "admin"),
 ]
-NAV_USER = ["dashboard", "keys", "chat", "usage", "topup", "notify"]
+NAV_USER = ["dashboard", "keys", "chat", "usage", "topup", "notify", "account"]
 NAV_ADMIN = ["admin_users", "admin_codes", "admin_groups", "admin_prices", "admin_channels",
              "admin_announcements", "admin_settings"]
 PATHS = {name: path for name, path, _ in PAGES}
@@ -81,6 +82,10 @@ class PageHandler(Base):
                 self.request.uri, plus=False))
         if self.name in ("login", "register") and user is not None:
             return self.redirect(PATHS["dashboard"])
+        if user and user.get("must_change_password") and self.name != "account":
+            # A password someone else set (a reset) is replaced before anything else.
+            return self.redirect(PATHS["account"] + "?next=" + tornado.escape.url_escape(
+                self.request.uri, plus=False))
         is_admin = bool(user) and int(user.get("role", 0)) >= ROLE_ADMIN
         if self.access == "admin" and not is_admin:
             raise tornado.web.HTTPError(403)
@@ -91,7 +96,8 @@ class PageHandler(Base):
         html = templates(self.application).get_template(f"{self.name}.html").render(
             t=strings.translator(lang), lang=lang, page=self.name, paths=PATHS,
             nav_user=NAV_USER if user else [], nav_admin=NAV_ADMIN if is_admin else [],
-            user=user and {"id": user["_id"], "username": user.get("username", "")},
+            user=user and {"id": user["_id"], "username": user.get("username", ""),
+                           "must_change_password": bool(user.get("must_change_password"))},
             is_admin=is_admin, status=status)
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(html)

@@ -170,6 +170,8 @@ class ConsoleSocket(tornado.websocket.WebSocketHandler):
             if user is None or user["_id"] != self.uid:
                 self.close(4401, "Session ended.")
                 return
+            if user.get("must_change_password"):
+                raise ChatError("Choose a new password on the Account page first.", "forbidden")
             if cid in self.chats:
                 raise ChatError("A reply with this id is still running.", "busy")
             if len(self.chats) >= MAX_CHATS:

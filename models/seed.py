@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import secrets
 
-from models.passwords import hash_password
+from models.passwords import hash_password, password_problem, verify_password
 from models.records import ROLE_ROOT, USER_ENABLED
 from models.store import DuplicateKeyError, now
 
@@ -32,19 +32,55 @@ async def seed(store, admin_password: str = "") -> str | None:
                 pass
         await store.db.meta.update_one({"_id": "seeded_groups"}, {"$set": {"at": now()}},
                                        upsert=True)
-    if await store.db.users.find_one({"username": "root"}, {"_id": 1}):
+    root = await store.db.users.find_one({"username": "root"}, {"password_hash": 1})
+    if root:
+        if admin_password and not verify_password(admin_password, root.get("password_hash", "")):
+            # Only the first start uses it: changing it later would let the
+            # environment silently override a password root chose.
+            log.warning("admin_password (RELAY_ADMIN_PASSWORD) differs from root's password and "
+                        "is ignored: it only sets the password when root is first created. "
+                        "To recover root, run server.py with --reset-admin-password.")
         return None
     generated = None
     password = admin_password
     if not password:
-        password = generated = secrets.token_urlsafe(15)
+        password = generated = temporary_password()
     uid = await store.next_id("users")
     try:
         await store.db.users.insert_one({
             "_id": uid, "username": "root", "email": "", "display_name": "Root",
             "password_hash": hash_password(password), "role": ROLE_ROOT, "status": USER_ENABLED,
             "group": "default", "quota": 0, "used_quota": 0, "leases": {},
-            "created_time": now()})
+            # A password printed on a terminal is to be replaced at once.
+            "must_change_password": generated is not None, "created_time": now()})
     except DuplicateKeyError:  # another process seeded first
         return None
     return generated
+
+
+def temporary_password() -> str:
+    """A random password for one sign-in, after which it must be changed."""
+    while True:
+        password = secrets.token_urlsafe(15)
+        if password_problem(password) is None:
+            return password
+
+
+def reset_fields(password: str) -> dict:
+    """The update that gives an account a temporary password: it must be
+    changed at the next sign-in, and sessions and the access token end."""
+    return {"$set": {"password_hash": hash_password(password), "must_change_password": True},
+            "$inc": {"session_epoch": 1}, "$unset": {"access_token_hash": ""}}
+
+
+async def reset_root_password(store) -> str:
+    """Give root a new temporary password (re-enabling the account) and
+    return it; creates root when the database has none."""
+    generated = await seed(store)
+    if generated:
+        return generated
+    password = temporary_password()
+    update = reset_fields(password)
+    update["$set"]["status"] = USER_ENABLED
+    await store.db.users.update_one({"username": "root"}, update)
+    return password

@@ -1,16 +1,21 @@
 """Events and their fan-out into the outbox.
 
-An event is one record in `notify_events` with a unique id, written before
-anything else.  For the two warnings the id is (type, subject, hour bucket),
-so that record *is* the hourly throttle: the second insert in the same hour,
-from this process or any other sharing the database, fails as a duplicate
-and nothing is sent.  For announcements the id is the announcement's.
+An event is one record in `notify_events`, written before anything else.
+For announcements its id is the announcement's.  For the two warnings there
+is one record per subject (the user for the wallet warning, the key for a
+key warning), id `type:subject`, and raising a warning is one atomic update
+of it: "if the last warning of this subject is at least 60 minutes old and
+fanned out, this is the new one".  That record *is* the rolling-hour
+throttle, exact across all processes sharing the database: of any number of
+racing processes one update (or, the first time, one insert) wins, and the
+rest see a recent warning.  Each occurrence has its own id
+(`type:subject@<ms>`), which the outbox records are named after.
 
 Fan-out turns the event into one outbox record per subscription that wants
-it (id: event id + subscription id, so fanning out twice is harmless), then
-marks the event fanned out.  A process that dies between the two steps
+it (id: occurrence id + subscription id, so fanning out twice is harmless),
+then marks the event fanned out.  A process that dies between the two steps
 leaves the event unmarked, and `recover()` (at start and every minute, in
-any process) finishes the job.
+any process) finishes the job; until then the subject's next warning waits.
 """
 from __future__ import annotations
 
@@ -18,12 +23,12 @@ import logging
 import time
 
 from models.records import QUOTA_PER_USD
-from models.store import DuplicateKeyError, PyMongoError
+from models.store import DuplicateKeyError, PyMongoError, ReturnDocument
 
 log = logging.getLogger("relay.notify")
 
 WARNINGS = ("user_quota_warning", "key_quota_warning")
-HOUR = 3600
+WINDOW = 3600  # at most one warning per subject in any 60 minutes
 
 
 def money(units: int) -> str:
@@ -66,12 +71,26 @@ class Events:
 
     async def raise_warning(self, etype: str, user_id: int, token_id: int | None,
                             balance: int) -> bool:
-        """A balance crossed a threshold: at most one event per subject and hour."""
+        """A balance crossed a threshold: raise the warning unless its subject
+        had one in the last 60 minutes (in any process); False if throttled."""
         subject = user_id if etype == "user_quota_warning" else token_id
-        bucket = int(self.clock() // HOUR)
-        return await self.raise_event(
-            f"{etype}:{subject}:{bucket}", etype,
-            {"user_id": user_id, "token_id": token_id, "balance": int(balance)})
+        now = self.clock()
+        key = f"{etype}:{subject}"
+        fields = {"type": etype, "occurrence": f"{key}@{int(now * 1000)}", "created_at": now,
+                  "fanned_out": False,
+                  "payload": {"user_id": user_id, "token_id": token_id, "balance": int(balance)}}
+        doc = await self.db.notify_events.find_one_and_update(
+            {"_id": key, "created_at": {"$lte": now - WINDOW}, "fanned_out": True},
+            {"$set": fields}, return_document=ReturnDocument.AFTER)
+        if doc is None:
+            # None matched: the subject's first warning, or a recent one exists.
+            doc = {"_id": key, **fields}
+            try:
+                await self.db.notify_events.insert_one(doc)
+            except DuplicateKeyError:
+                return False
+        await self.fan_out(doc)
+        return True
 
     # ---- fan-out -------------------------------------------------------------
     async def fan_out(self, event: dict) -> int:
@@ -93,10 +112,11 @@ class Events:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(event["created_at"]))
         now = self.clock()
         docs = []
+        occurrence = event.get("occurrence") or event["_id"]
         for s in subs:
             title, content, threshold = self._text(etype, p, s, key_name)
             docs.append({
-                "_id": f"{event['_id']}|{s['_id']}", "event_id": event["_id"], "sub_id": s["_id"],
+                "_id": f"{occurrence}|{s['_id']}", "event_id": occurrence, "sub_id": s["_id"],
                 "user_id": s["user_id"], "channel_type": s["channel_type"], "event_type": etype,
                 "title": title, "content": content,
                 "vars": {"event_type": etype, "title": title, "content": content,
@@ -105,8 +125,12 @@ class Events:
                 "status": "pending", "attempts": 0, "next_at": now, "created_at": now,
                 "updated_at": now, "last_error": "", "sent_at": None, "receipt": ""})
         await self._insert(docs)
-        await self.db.notify_events.update_one({"_id": event["_id"]},
-                                               {"$set": {"fanned_out": True, "targets": len(docs)}})
+        # Only this occurrence: a warning record is reused by the next one.
+        flt = {"_id": event["_id"]}
+        if event.get("occurrence"):
+            flt["occurrence"] = event["occurrence"]
+        await self.db.notify_events.update_one(flt, {"$set": {"fanned_out": True,
+                                                              "targets": len(docs)}})
         if docs:
             self.on_enqueued()
         return len(docs)

@@ -9,8 +9,8 @@ waits for notifications.
 
 A warning is raised when a balance crosses a threshold downwards: the last
 balance this process saw was at or above it (or none was seen yet) and the
-new one is below.  Events.raise_warning throttles to one per subject and
-hour across all processes.
+new one is below.  Events.raise_warning throttles to one per subject in
+any 60 minutes, across all processes.
 """
 from __future__ import annotations
 

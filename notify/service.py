@@ -16,7 +16,7 @@ from models.store import now as store_now
 from notify import channels
 from notify.channels.base import Context, DeliveryError, Message
 from notify.channels.webhook import render_body
-from notify.events import Events
+from notify.events import WARNINGS, Events
 from notify.http import HttpClient, Refused
 from notify.outbox import Worker
 from notify.push_binding import PushBinding
@@ -37,10 +37,11 @@ SAMPLE = {"announcement": ("Test announcement", "This is a test message from the
 
 class Notifier:
     def __init__(self, config, store, bus, vault, owner: str = "n", clock=time.time,
-                 catalog=None):
+                 catalog=None, billing=None):
         self.config = config
         self.store = store
         self.bus = bus
+        self.billing = billing  # for live balances in previews and test sends
         self.clock = clock
         self.http = HttpClient(config.allow_private_webhooks, timeout=config.notify_send_timeout)
         self.ctx = Context(settings=config, http=self.http, clock=clock)
@@ -95,7 +96,7 @@ class Notifier:
 
     async def prune(self) -> None:
         """Drop history past notify_history_days; events past two days (an
-        event record only matters for its hour's throttle and for recovery)."""
+        event record only matters for its 60-minute throttle and for recovery)."""
         now = self.clock()
         db = self.store.db
         await db.notify_outbox.delete_many({
@@ -133,22 +134,48 @@ class Notifier:
     def channel_types(self) -> list[dict]:
         return [c.describe() for c in channels.CHANNELS.values()]
 
-    def sample_vars(self, event_type: str, user: dict, sub: dict | None = None) -> dict:
+    async def sample_vars(self, event_type: str, user: dict, sub: dict | None = None) -> dict:
+        """The variables a delivery of `event_type` to `user` would carry now:
+        a warning's text, balance and threshold are computed as a real one's
+        (live balance, leases included; thresholds from `sub`), for the key
+        the subscription watches (else the user's first key)."""
         title, content = SAMPLE.get(event_type, SAMPLE["announcement"])
+        v = {"event_type": event_type, "title": title, "content": content,
+             "user": user.get("username", ""), "key_name": "", "balance": "", "threshold": "",
+             "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.clock()))}
+        if event_type not in WARNINGS:
+            return v
         sub = sub or {}
-        threshold = sub.get("key_threshold" if event_type == "key_quota_warning"
-                            else "user_threshold", 0) if event_type.endswith("warning") else ""
-        return {"event_type": event_type, "title": title, "content": content,
-                "user": user.get("username", ""),
-                "key_name": "example-key" if event_type == "key_quota_warning" else "",
-                "balance": int(user.get("quota", 0)) if event_type.endswith("warning") else "",
-                "threshold": threshold,
-                "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.clock()))}
+        payload = {"user_id": user["_id"], "token_id": None,
+                   "balance": await self._live("user", user)}
+        if event_type == "key_quota_warning":
+            key = await self._sample_key(user["_id"], sub.get("key_ids") or [])
+            payload["token_id"] = key["_id"] if key else 0
+            payload["balance"] = await self._live("token", key) if key else 0
+            v["key_name"] = key.get("name", "") if key else "example-key"
+        v["title"], v["content"], v["threshold"] = Events._text(event_type, payload, sub,
+                                                                  v["key_name"])
+        v["balance"] = payload["balance"]
+        return v
+
+    async def _live(self, kind: str, doc: dict) -> int:
+        if self.billing is not None:
+            return int((await self.billing.balance(kind, doc["_id"]))[0])
+        field = "quota" if kind == "user" else "remain_quota"
+        return int(doc.get(field, 0)) + sum(int(x) for x in (doc.get("leases") or {}).values())
+
+    async def _sample_key(self, user_id: int, key_ids: list) -> dict | None:
+        flt: dict = {"user_id": user_id}
+        ids = [int(k) for k in key_ids if isinstance(k, int) and not isinstance(k, bool)]
+        if ids:
+            flt["_id"] = {"$in": ids}
+        docs = await self.store.db.tokens.find(flt).sort("_id", 1).limit(1).to_list(1)
+        return docs[0] if docs else None
 
     async def test_send(self, user: dict, sub: dict) -> dict:
         """Send a test message over the subscription's channel now; never raises."""
         etype = (sub.get("event_types") or ["announcement"])[0]
-        v = self.sample_vars(etype, user, sub)
+        v = await self.sample_vars(etype, user, sub)
         msg = Message(id=f"test:{sub['_id']}:{int(self.clock() * 1000)}", event_type=etype,
                       title="[Test] " + v["title"], content=v["content"],
                       vars={**v, "title": "[Test] " + v["title"]},
@@ -165,14 +192,16 @@ class Notifier:
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         return {"ok": True, "receipt": receipt}
 
-    def preview(self, user: dict, channel_type: str, config: dict, event_type: str) -> dict:
-        """Render what a channel would send; raises ValueError on a bad template or input."""
+    async def preview(self, user: dict, channel_type: str, config: dict, event_type: str,
+                      sub: dict | None = None) -> dict:
+        """Render what a channel would send now; `sub` holds the form's
+        thresholds and key_ids.  Raises ValueError on a bad template or input."""
         channel = channels.get(channel_type)
         if channel is None:
             raise ValueError(f"channel_type must be one of: {', '.join(channels.CHANNELS)}.")
         if event_type not in SAMPLE:
             raise ValueError(f"event_type must be one of: {', '.join(SAMPLE)}.")
-        v = self.sample_vars(event_type, user)
+        v = await self.sample_vars(event_type, user, sub)
         if channel_type == "webhook":
             cfg = {"headers": config.get("headers") or {},
                    "body_template": str(config.get("body_template") or "")}
@@ -236,8 +265,10 @@ def delivery_view(d: dict) -> dict:
 
 def install(app) -> None:
     s = app.settings
+    # "notify_clock": a test may set the time the throttle and outbox see.
     notifier = Notifier(s["config"], s["store"], s["bus"], s["vault"],
-                        owner=s["catalog"].process_id, catalog=s["catalog"])
+                        owner=s["catalog"].process_id, clock=s.get("notify_clock") or time.time,
+                        catalog=s["catalog"], billing=s["billing"])
     s["notifier"] = notifier
 
     async def start(app) -> None:

@@ -123,22 +123,7 @@ class Subscriptions:
         if unknown:
             raise Invalid(f"Unknown event types: {unknown}; known: {', '.join(EVENT_TYPES)}.")
         out["event_types"] = list(dict.fromkeys(types))
-        for f in ("user_threshold", "key_threshold"):
-            value = body.get(f, old.get(f, 0))
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
-                    or int(value) != value:
-                raise Invalid(f"{f} must be a whole number of quota units, 0 or more.")
-            out[f] = int(value)
-        key_ids = body.get("key_ids", old.get("key_ids", []))
-        if not isinstance(key_ids, list) or not all(
-                isinstance(k, int) and not isinstance(k, bool) for k in key_ids):
-            raise Invalid("key_ids must be a list of key ids (empty: all keys).")
-        if key_ids:
-            mine = await self.store.db.tokens.count_documents(
-                {"_id": {"$in": key_ids}, "user_id": user["_id"]})
-            if mine != len(set(key_ids)):
-                raise Invalid("key_ids names a key that is not yours.")
-        out["key_ids"] = sorted(set(key_ids))
+        out.update(await self.clean_targets(user, body, old))
         ctype = body.get("channel_type", old.get("channel_type"))
         channel = channels.get(ctype)
         if channel is None:
@@ -176,6 +161,29 @@ class Subscriptions:
                                  for f in channel.secret_objects()}
         out["channel_config"] = cfg
         out["enabled"] = bool(body.get("enabled", old.get("enabled", True)))
+        return out
+
+    async def clean_targets(self, user: dict, body: dict, old: dict | None = None) -> dict:
+        """The thresholds and watched keys of a body (the stored ones where
+        it leaves them out); raise Invalid."""
+        old = old or {}
+        out: dict = {}
+        for f in ("user_threshold", "key_threshold"):
+            value = body.get(f, old.get(f, 0))
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
+                    or int(value) != value:
+                raise Invalid(f"{f} must be a whole number of quota units, 0 or more.")
+            out[f] = int(value)
+        key_ids = body.get("key_ids", old.get("key_ids", []))
+        if not isinstance(key_ids, list) or not all(
+                isinstance(k, int) and not isinstance(k, bool) for k in key_ids):
+            raise Invalid("key_ids must be a list of key ids (empty: all keys).")
+        if key_ids:
+            mine = await self.store.db.tokens.count_documents(
+                {"_id": {"$in": key_ids}, "user_id": user["_id"]})
+            if mine != len(set(key_ids)):
+                raise Invalid("key_ids names a key that is not yours.")
+        out["key_ids"] = sorted(set(key_ids))
         return out
 
     async def create(self, user: dict, body: dict) -> dict:

@@ -19,8 +19,11 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SCREENSHOTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "test-artifacts", "screenshots")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A test run writes its screenshots to an ignored folder, so that it never
+# dirties the tree; `bash tests/refresh_screenshots.sh` copies the README's
+# pictures from there to test-artifacts/screenshots on purpose.
+SCREENSHOTS = os.path.join(ROOT, "test-artifacts", "tmp", "screenshots")
 
 
 def available() -> bool:
@@ -30,7 +33,7 @@ def available() -> bool:
 class Browser:
     """One Chromium with a fresh profile; `quit()` removes the profile."""
 
-    def __init__(self, width: int = 1280, height: int = 900):
+    def __init__(self, width: int = 1366, height: int = 768):
         self.profile = tempfile.mkdtemp(prefix="chromium-")
         opts = webdriver.ChromeOptions()
         opts.binary_location = CHROMIUM
@@ -42,6 +45,11 @@ class Browser:
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
         self.driver.set_page_load_timeout(60)
+        # The window size includes the browser's own bars (and headless
+        # Chromium has a minimum width): set the page's viewport exactly, as
+        # a phone's (mobile) when narrow.
+        self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
 
     def quit(self) -> None:
         try:

@@ -40,12 +40,13 @@ class RelayProcess:
     """`python server.py` as a real child process."""
 
     def __init__(self, mongo_url: str, data_dir: str, db_name: str | None = None,
-                 env: dict | None = None, args: list | None = None):
+                 env: dict | None = None, args: list | None = None, script: str = "server.py"):
         self.mongo_url = mongo_url
         self.data_dir = data_dir
         self.db_name = db_name or "t_" + uuid.uuid4().hex[:10]
         self.env = env or {}
         self.args = args or []
+        self.script = script  # e.g. tests/clocked_server.py
         self.port = 0
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(data_dir, "relay.log")
@@ -60,7 +61,7 @@ class RelayProcess:
         env = dict(os.environ, RELAY_ADMIN_PASSWORD=ADMIN_PASSWORD, RELAY_SECRET="test-secret",
                    RELAY_ALLOW_PRIVATE_WEBHOOKS="true", PYTHONUNBUFFERED="1")
         env.update(self.env)
-        cmd = [sys.executable, os.path.join(ROOT, "server.py"), "--host", "127.0.0.1",
+        cmd = [sys.executable, os.path.join(ROOT, self.script), "--host", "127.0.0.1",
                "--port", str(self.port), "--data-dir", self.data_dir, "--db-name", self.db_name]
         if self.mongo_url:
             cmd += ["--mongo-url", self.mongo_url]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 import requests
 from selenium.webdriver.common.by import By
 
@@ -126,8 +125,6 @@ def test_admin_users_codes_groups_and_settings(relay, admin, admin_b, env):
 
 
 def test_announcement_published_reaches_open_consoles(relay, admin_b, b):
-    if requests.get(relay.url + "/api/announcement/", timeout=10).status_code == 404:
-        pytest.skip("/api/announcement/ is not in this build (the notifications branch adds it)")
     b.get(relay.url + "/console/")
     b.find("#live-dot.open")
     admin_b.get(relay.url + "/console/admin/announcements")
@@ -143,14 +140,16 @@ def test_phone_width_layout(relay, env):
     br = chromium.Browser(width=390, height=844)
     try:
         br.login(relay.url, "dora", PASSWORD)
-        for path, shot in (("/console/", "phone-dashboard"), ("/console/keys", "phone-keys"),
-                           ("/console/chat", "phone-chat"), ("/console/usage", "phone-usage")):
+        # (tests/test_console_fit.py pictures the keys and usage pages' cards)
+        for path, shot in (("/console/", "phone-dashboard"), ("/console/keys", ""),
+                           ("/console/chat", "phone-chat"), ("/console/usage", "")):
             br.get(relay.url + path)
             br.find("#live-dot.open")
             time.sleep(0.5)
             overflow = br.js("return document.documentElement.scrollWidth - window.innerWidth")
             assert overflow <= 1, f"{path} is wider than the phone by {overflow}px"
-            br.screenshot(shot)
+            if shot:
+                br.screenshot(shot)
         assert not br.find("#nav").is_displayed()
         br.click("#nav-toggle")
         assert br.find("#nav").is_displayed()

@@ -208,9 +208,6 @@ def test_chat_stop_cancels_the_upstream_call(relay, env, upstream):
 
 
 def test_announcements_reach_everyone_marketing_only_opted_in(relay, admin, env):
-    r = requests.get(relay.url + "/api/announcement/", timeout=10)
-    if r.status_code == 404:
-        pytest.skip("/api/announcement/ is not in this build (the notifications branch adds it)")
     bob_api = env["bob"]["api"]
     bob_api.put("/api/user/self", {"marketing_opt_in": True})
     a = Session(relay.url, "alice").connect()

@@ -1,6 +1,6 @@
-"""Warnings from balance changes: crossing detection, the hourly throttle (with
-an injected clock) across two notifier "processes" sharing one database, and
-per-key targeting.  The rules are driven through the real Bus, as billing
+"""Warnings from balance changes: crossing detection, the rolling 60-minute
+throttle (with an injected clock, across an hour boundary) in two notifier
+"processes" sharing one database, and per-key targeting.  The rules are driven through the real Bus, as billing
 drives them, against the embedded MongoDB-compatible server."""
 from __future__ import annotations
 
@@ -67,6 +67,9 @@ async def count(store, etype=None):
     return await store.db.notify_events.count_documents(flt)
 
 
+HOUR_MARK = 1_800_000_000.0  # a whole hour: 1_800_000_000 % 3600 == 0
+
+
 def test_crossing_many_times_in_an_hour_sends_one(mongo_url):
     async def go():
         store, vault = await setup(mongo_url)
@@ -84,17 +87,50 @@ def test_crossing_many_times_in_an_hour_sends_one(mongo_url):
         assert out[0]["vars"]["threshold"] == 1000 and out[0]["status"] == "pending"
         await p.settle(1, 600)
         await p.settle(1, 500)            # staying below is not a new crossing
-        clock.t += 3600                   # next hour: a new crossing is sent again
+        clock.t += 3600                   # 60 minutes later a new crossing is sent again
         await p.settle(1, 400)
-        assert await count(store, "user_quota_warning") == 1
+        assert await store.db.notify_outbox.count_documents({}) == 1
         await p.settle(1, 5000)
         await p.settle(1, 300)
-        assert await count(store, "user_quota_warning") == 2
+        assert await store.db.notify_outbox.count_documents({}) == 2
         await store.close()
     asyncio.run(go())
 
 
-def test_hourly_limit_holds_across_processes(mongo_url):
+def test_the_limit_is_a_rolling_hour_not_a_clock_hour(mongo_url):
+    async def go():
+        store, vault = await setup(mongo_url)
+        clock = Clock(HOUR_MARK - 120)    # 23:58
+        a, b = Proc(store, vault, clock), Proc(store, vault, clock)
+        await a.subs.create({"_id": 1}, sub_body())
+        await a.settle(1, 5000, 11, 2000)
+        await a.settle(1, 900, 11, 400)   # both the wallet and key 11 cross
+        await a.settle(1, 5000, 11, 2000)
+        clock.t = HOUR_MARK + 60          # 00:01: a new clock hour, 3 minutes later
+        await b.settle(1, 5000, 11, 2000)
+        await b.settle(1, 800, 11, 300)   # the other process sees both cross again
+        await a.settle(1, 5000, 11, 2000)
+        await a.settle(1, 700, 11, 200)
+        sent = await store.db.notify_outbox.find({}).to_list(None)
+        assert sorted(o["event_type"] for o in sent) == ["key_quota_warning",
+                                                         "user_quota_warning"]
+        clock.t = HOUR_MARK - 120 + 3599  # 59 min 59 s after the first: still held back
+        await b.settle(1, 5000, 11, 2000)
+        await b.settle(1, 600, 11, 100)
+        assert await store.db.notify_outbox.count_documents({}) == 2
+        clock.t = HOUR_MARK - 120 + 3600  # 60 minutes after the first: sent again
+        await a.settle(1, 5000, 11, 2000)
+        await a.settle(1, 500, 11, 50)
+        sent = await store.db.notify_outbox.find({}).sort("created_at", 1).to_list(None)
+        assert [(o["event_type"], o["vars"]["balance"]) for o in sent[2:]] in (
+            [("user_quota_warning", 500), ("key_quota_warning", 50)],
+            [("key_quota_warning", 50), ("user_quota_warning", 500)])
+        assert len({o["_id"] for o in sent}) == 4
+        await store.close()
+    asyncio.run(go())
+
+
+def test_limit_holds_across_processes(mongo_url):
     async def go():
         store, vault = await setup(mongo_url)
         clock = Clock()
@@ -106,6 +142,55 @@ def test_hourly_limit_holds_across_processes(mongo_url):
         await asyncio.gather(a.settle(1, 100), b.settle(1, 50))
         assert await count(store, "user_quota_warning") == 1
         assert await store.db.notify_outbox.count_documents({}) == 1
+        await store.close()
+    asyncio.run(go())
+
+
+def test_racing_raises_from_separate_connections_send_exactly_one(mongo_url):
+    """Many processes (each its own database connection) raise the same
+    warning at the same instant, first ever and again an hour later."""
+    async def go():
+        store, vault = await setup(mongo_url)
+        others = []
+        for _ in range(3):
+            other = Store(mongo_url, db_name=store.db_name)
+            await other.start()
+            others.append(other)
+        clock = Clock()
+        procs = [Proc(s, vault, clock) for s in [store, *others]]
+        await procs[0].subs.create({"_id": 1}, sub_body())
+        for round_ in (1, 2):
+            won = await asyncio.gather(*[p.events.raise_warning("user_quota_warning", 1, None, 10)
+                                         for p in procs for _ in range(5)])
+            assert sum(won) == 1, won
+            assert await store.db.notify_outbox.count_documents({}) == round_
+            clock.t += 3600
+        for other in others:
+            await other.close()
+        await store.close()
+    asyncio.run(go())
+
+
+def test_an_unfinished_warning_holds_the_next_until_recovered(mongo_url):
+    """A process died between recording a warning and fanning it out: the
+    next warning waits, recovery delivers the first, then the limit runs on."""
+    async def go():
+        store, vault = await setup(mongo_url)
+        clock = Clock()
+        p = Proc(store, vault, clock)
+        sub = await p.subs.create({"_id": 1}, sub_body())
+        await store.db.notify_events.insert_one({
+            "_id": "user_quota_warning:1", "type": "user_quota_warning",
+            "occurrence": f"user_quota_warning:1@{int(clock() * 1000)}", "created_at": clock(),
+            "fanned_out": False, "payload": {"user_id": 1, "token_id": None, "balance": 900}})
+        clock.t += 7200
+        assert not await p.events.raise_warning("user_quota_warning", 1, None, 10)
+        assert await p.events.recover() == 1
+        out = await store.db.notify_outbox.find({}).to_list(None)
+        assert [o["vars"]["balance"] for o in out] == [900]
+        assert out[0]["_id"] == f"user_quota_warning:1@{int((clock() - 7200) * 1000)}|{sub['_id']}"
+        assert await p.events.raise_warning("user_quota_warning", 1, None, 10)
+        assert await store.db.notify_outbox.count_documents({}) == 2
         await store.close()
     asyncio.run(go())
 

@@ -1,4 +1,6 @@
 """defaults < config file < RELAY_* environment < command line."""
+import dataclasses
+
 import pytest
 
 import settings
@@ -42,3 +44,36 @@ def test_settings_are_frozen():
     s = settings.load([], {})
     with pytest.raises(Exception):
         s.port = 1
+
+
+def test_every_setting_has_a_description_from_its_comment():
+    helps = settings.describe()
+    names = [f.name for f in dataclasses.fields(settings.Settings)]
+    assert sorted(helps) == sorted(names)
+    assert [n for n in names if len(helps[n]) < 15] == []
+    # The text is the comment block right above the field, joined.
+    assert helps["port"] == "TCP port the relay listens on."
+    assert helps["secret"].startswith("Server secret for key encryption") \
+        and "\n" not in helps["secret"] and "#" not in helps["secret"]
+
+
+def test_help_lists_every_setting_with_its_description_and_the_commands(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        settings.parse(["--help"], {}, actions={"reset_admin_password": "Give root a new one."})
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    text = "".join(out.split())  # argparse wraps lines, also at hyphens
+    for name, help_ in settings.describe().items():
+        flag = "--" + name.replace("_", "-")
+        assert f"  {flag} " in out
+        assert "".join(help_.split()) in text, name
+    assert "--reset-admin-passwordGiverootanewone." in text
+    assert "(default:3000)" in text
+
+
+def test_actions_are_reported_apart_from_the_settings():
+    s, actions = settings.parse(["--port", "4001", "--reset-admin-password"], {},
+                                actions={"reset_admin_password": "x"})
+    assert s.port == 4001 and actions == {"reset_admin_password": True}
+    assert settings.parse([], {}, actions={"reset_admin_password": "x"})[1] == {
+        "reset_admin_password": False}

@@ -62,14 +62,20 @@ export function showOk(target, msg) {
   toast(msg, 'ok');
 }
 
-/** Empty a table body and fill it, with a 'nothing here' row when empty. */
+/** Empty a table body and fill it, with a 'nothing here' row when empty.
+ *  Each cell gets its column's heading as data-label, which a narrow
+ *  screen shows beside the value when the rows become cards (.table.cards). */
 export function fillRows(tbody, rows, cols) {
   tbody.replaceChildren();
   if (!rows.length) {
     tbody.append(el('tr', {}, el('td', { colspan: cols, class: 'empty' }, t('common.empty'))));
     return;
   }
-  for (const r of rows) tbody.append(r);
+  const heads = [...(tbody.closest('table')?.querySelectorAll('thead th') || [])].map((th) => th.textContent.trim());
+  for (const r of rows) {
+    [...r.cells].forEach((td, i) => { if (heads[i] && !td.dataset.label) td.dataset.label = heads[i]; });
+    tbody.append(r);
+  }
 }
 
 export async function copyText(text) {

@@ -1,7 +1,7 @@
 import { t } from '../i18n.js';
 import { get, post } from '../api.js';
-import { boot } from '../common.js';
-import { $, el, credits, toUnits, fillRows, showError, showOk, openDialog, toast } from '../ui.js';
+import { boot, user as me } from '../common.js';
+import { $, el, credits, toUnits, fillRows, showError, showOk, openDialog, toast, copyText } from '../ui.js';
 
 boot();
 const dlg = $('#adjust-dialog');
@@ -14,8 +14,22 @@ function row(u) {
     el('td', { class: 'actions' },
       el('button', { class: 'small adjust', onclick: () => adjust(u) }, t('admin.adjust')),
       el('button', { class: 'small secondary', onclick: () => manage(u, u.status === 1 ? 'disable' : 'enable') },
-        u.status === 1 ? t('keys.disable') : t('keys.enable'))));
+        u.status === 1 ? t('keys.disable') : t('keys.enable')),
+      // One's own password is changed on the Account page, with the current one.
+      u.id !== me.id && el('button', { class: 'small secondary reset', onclick: () => resetPassword(u) }, t('admin.reset_password'))));
 }
+
+async function resetPassword(u) {
+  if (!confirm(t('admin.reset_confirm', { name: u.username }))) return;
+  try {
+    const r = await post(`/api/user/${u.id}/password`);
+    $('#reset-title').textContent = t('admin.reset_done', { name: u.username });
+    $('#reset-value').textContent = r.password;
+    openDialog($('#reset-dialog'));
+  } catch (e) { showError(null, e); }
+}
+$('#reset-copy').addEventListener('click', () => copyText($('#reset-value').textContent));
+$('#reset-close').addEventListener('click', () => { $('#reset-value').textContent = ''; $('#reset-dialog').close(); });
 
 async function load() {
   const kw = $('#u-search').value.trim();

@@ -34,7 +34,7 @@ function row(k) {
   const remain = el('td', { class: 'remain', dataset: { quota: k.remain_quota } }, remainingText(k));
   const enabled = k.status === 1;
   return el('tr', { dataset: { id: k.id, name: k.name } },
-    el('td', {}, k.name),
+    el('td', { class: 'name' }, k.name),
     el('td', {}, el('code', { class: 'masked' }, k.key), ' ',
       el('button', { class: 'small secondary copy', 'aria-label': t('keys.copy_label', { name: k.name }),
         onclick: async () => { const full = await get(`/api/token/${k.id}`); await copyText(full.key); } }, t('common.copy'))),

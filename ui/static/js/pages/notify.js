@@ -1,5 +1,5 @@
 import { t } from '../i18n.js';
-import { get, post, put, del, ApiError } from '../api.js';
+import { get, post, put, del } from '../api.js';
 import { boot } from '../common.js';
 import { $, $$, el, credits, toUnits, fillRows, showError, showOk, toast, when } from '../ui.js';
 
@@ -104,11 +104,22 @@ function openForm(s) {
   form.elements.name.focus();
 }
 
+/** An event's name, with the threshold (and watched keys) of a warning. */
+function eventText(s, e) {
+  const name = t(`notify.ev_${e}`);
+  if (e === 'user_quota_warning') return t('notify.below', { name, amount: credits(s.user_threshold) });
+  if (e !== 'key_quota_warning') return name;
+  const watched = s.key_ids.length
+    ? s.key_ids.map((id) => (keys.find((k) => k.id === id) || { name: `#${id}` }).name).join(', ')
+    : t('notify.all_keys');
+  return t('notify.below_keys', { name, amount: credits(s.key_threshold), keys: watched });
+}
+
 function row(s) {
   const ch = channelOf(s.channel_type);
   return el('tr', { dataset: { id: s.id } },
     el('td', {}, s.name),
-    el('td', {}, s.event_types.map((e) => t(`notify.ev_${e}`)).join(', ')),
+    el('td', { class: 'events' }, s.event_types.map((e) => el('span', { class: 'event', dataset: { event: e } }, eventText(s, e)))),
     el('td', {}, ch ? ch.label : s.channel_type),
     el('td', {}, s.enabled ? t('keys.enabled') : t('keys.disabled'), s.last_error ? el('span', { class: 'error' }, ` ${s.last_error}`) : ''),
     el('td', { class: 'actions' },
@@ -135,15 +146,19 @@ async function test(s) {
   } catch (e) { showError(null, e); }
 }
 
+/** The delivery history: every subscription's, or one's (s). */
 async function deliveries(s) {
   const list = $('#deliveries');
+  $('#deliveries-title').textContent = s ? t('notify.deliveries_of', { name: s.name }) : t('notify.deliveries');
+  $('#deliveries-all').hidden = !s;
   try {
-    const data = await get(`/api/subscription/${s.id}/deliveries`);
+    const data = await get(s ? `/api/subscription/${s.id}/deliveries` : '/api/notify/deliveries?size=20');
     const items = Array.isArray(data) ? data : data.items || [];
     list.replaceChildren(...items.map((d) => el('li', { dataset: { status: d.status } },
-      `${when(d.created_at || d.updated_at)} · ${d.title || d.event_type || ''} · ${d.status}`,
+      `${when(d.created_at || d.updated_at)} · ${d.title || d.event_type || ''} · `,
+      el('span', { class: `badge ${d.status === 'sent' ? 'ok' : d.status === 'failed' ? 's2' : ''}` }, t(`notify.status_${d.status}`)),
       d.last_error ? ` · ${d.last_error}` : '', d.receipt ? ` · ${d.receipt}` : '')));
-    if (!items.length) list.append(el('li', { class: 'muted' }, t('common.empty')));
+    if (!items.length) list.append(el('li', { class: 'muted empty' }, s ? t('notify.no_deliveries_sub') : t('notify.no_deliveries')));
   } catch (e) { showError(null, e); }
 }
 
@@ -172,13 +187,19 @@ $('#s-channel').addEventListener('change', () => renderFields($('#s-channel').va
 $('#new-sub').addEventListener('click', () => openForm(null));
 $('#sub-cancel').addEventListener('click', () => { form.hidden = true; });
 $('#preview-btn').addEventListener('click', async () => {
-  const evType = ($$('input[name="ev"]:checked', form)[0] || {}).value || 'announcement';
   try {
-    const r = await post('/api/subscription/preview', { channel_type: $('#s-channel').value, channel_config: collectConfig(), event_type: evType });
-    $('#preview-out').textContent = typeof r === 'string' ? r : (r.body ?? JSON.stringify(r, null, 2));
-    if (r && r.variables) $('#preview-vars').textContent = t('notify.variables', { names: Object.keys(r.variables).map((k) => `{{ ${k} }}`).join(', ') });
-  } catch (e) { $('#preview-out').textContent = e.message; }
+    // What the form says now (thresholds, keys), as a real delivery would carry it.
+    const f = collect();
+    const body = { channel_type: f.channel_type, channel_config: f.channel_config, event_type: f.event_types[0] || 'announcement',
+      user_threshold: f.user_threshold, key_threshold: f.key_threshold, key_ids: f.key_ids };
+    const r = await post('/api/subscription/preview', body);
+    $('#preview-out').textContent = r.body;
+    $('#preview-vars').replaceChildren(el('p', { class: 'muted' }, t('notify.variables')),
+      el('dl', { class: 'vars' }, Object.entries(r.variables).flatMap(([k, v]) => [
+        el('dt', {}, `{{ ${k} }}`), el('dd', { dataset: { var: k } }, String(v))])));
+  } catch (e) { $('#preview-out').textContent = e.message; $('#preview-vars').replaceChildren(); }
 });
+$('#deliveries-all').addEventListener('click', () => deliveries(null));
 $('#push-qr').addEventListener('click', async () => {
   try {
     const r = await get('/api/notify/push/qrcode?vendor=wxpusher');
@@ -209,15 +230,11 @@ $('#marketing-opt-in').addEventListener('change', async (ev) => {
 
 (async () => {
   get('/api/user/self').then((me) => { $('#marketing-opt-in').checked = !!me.marketing_opt_in; });
-  try {
-    channels = await get('/api/notify/channels');
-  } catch (e) {
-    if (e instanceof ApiError && e.status === 404) { $('#notify-missing').hidden = false; $('#new-sub').disabled = true; return; }
-    throw e;
-  }
+  channels = await get('/api/notify/channels');
   $('#s-channel').replaceChildren(...channels.map((c) => el('option', { value: c.type }, c.label)));
   keys = (await get('/api/token/?size=200')).items;
   $('#s-keys').replaceChildren(...keys.map((k) => el('option', { value: String(k.id) }, k.name)));
   await load();
+  await deliveries(null);
   document.body.dataset.ready = '1';
 })().catch((e) => showError(null, e));

@@ -26,8 +26,8 @@ function query() {
 function row(r) {
   return el('tr', { dataset: { id: r.request_id } },
     el('td', {}, when(r.created_at)),
-    el('td', {}, r.token_name || keyNames[r.token_id] || String(r.token_id ?? '')),
-    el('td', {}, r.model || ''),
+    el('td', { class: 'name' }, r.token_name || keyNames[r.token_id] || String(r.token_id ?? '')),
+    el('td', { class: 'name' }, r.model || ''),
     el('td', {}, `${r.prompt_tokens || 0} / ${r.completion_tokens || 0}`),
     el('td', {}, credits(r.quota)),
     el('td', {}, el('span', { class: `badge ${r.status >= 400 ? 's2' : 's1'}` }, String(r.status ?? ''))),
