@@ -14,6 +14,7 @@ the client's own); `default_max_tokens` for converted calls that name none
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from relay import tokenizer
 from relay.adaptors.base import Adaptor, Call, Chunk, StreamReader, UpstreamRequest, join_url
@@ -47,7 +48,7 @@ class AnthropicStream(StreamReader):
         if u is None or self.conv.final:
             return u
         out = max(u.completion_tokens, tokenizer.count_text(self.text, self.conv.model))
-        return Usage(u.prompt_tokens, out, u.cached_tokens, estimated=True)
+        return replace(u, completion_tokens=out, estimated=True)
 
     @usage.setter
     def usage(self, value) -> None:

@@ -27,21 +27,49 @@ REASONING = re.compile(r"^(o\d|gpt-5)")
 NO_SYSTEM = re.compile(r"^o1(-mini|-preview)?(-\d{4}-\d{2}-\d{2})?$")
 
 
+def _int(doc, *path) -> int:
+    for key in path:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    ok = isinstance(doc, (int, float)) and not isinstance(doc, bool) and doc > 0
+    return int(doc) if ok else 0
+
+
 def usage_from(doc: dict | None) -> Usage | None:
+    """OpenAI usage -> ours, every detail the vendor bills by.
+
+    Chat: prompt_tokens_details {cached_tokens, audio_tokens},
+    completion_tokens_details {reasoning_tokens, audio_tokens}.  The
+    Responses API, images and transcriptions: input_tokens / output_tokens
+    with input_tokens_details {cached_tokens, audio_tokens, image_tokens,
+    cached_tokens_details {audio_tokens, image_tokens}} and
+    output_tokens_details {reasoning_tokens, audio_tokens, image_tokens}
+    (the Realtime API's input_token_details is the same)."""
     if not isinstance(doc, dict):
         return None
     if doc.get("type") == "duration":  # transcriptions billed by time
         return Usage(units=math.ceil(float(doc.get("seconds") or 0)))
     if "input_tokens" in doc and "prompt_tokens" not in doc:
-        # images and transcriptions report input/output tokens
-        details = doc.get("input_tokens_details") or doc.get("input_token_details") or {}
-        return Usage(prompt_tokens=int(doc.get("input_tokens") or 0),
-                     completion_tokens=int(doc.get("output_tokens") or 0),
-                     cached_tokens=int((details or {}).get("cached_tokens") or 0))
-    details = doc.get("prompt_tokens_details") or {}
-    return Usage(prompt_tokens=int(doc.get("prompt_tokens") or 0),
-                 completion_tokens=int(doc.get("completion_tokens") or 0),
-                 cached_tokens=int((details or {}).get("cached_tokens") or 0))
+        prompt, completion = _int(doc, "input_tokens"), _int(doc, "output_tokens")
+        pin = doc.get("input_tokens_details") or doc.get("input_token_details") or {}
+        pout = doc.get("output_tokens_details") or doc.get("output_token_details") or {}
+    else:
+        prompt, completion = _int(doc, "prompt_tokens"), _int(doc, "completion_tokens")
+        pin = doc.get("prompt_tokens_details") or {}
+        pout = doc.get("completion_tokens_details") or {}
+    if not isinstance(pin, dict) or not isinstance(pout, dict):
+        pin, pout = {}, {}
+    # An image call that reports no output detail made only image tokens
+    # (gpt-image-1); its output price is the image price already.
+    return Usage(prompt_tokens=prompt, completion_tokens=completion,
+                 # DeepSeek names its cache reads prompt_cache_hit_tokens
+                 cached_tokens=_int(pin, "cached_tokens") or _int(doc, "prompt_cache_hit_tokens"),
+                 audio_input_tokens=_int(pin, "audio_tokens"),
+                 image_input_tokens=_int(pin, "image_tokens"),
+                 cached_audio_tokens=_int(pin, "cached_tokens_details", "audio_tokens"),
+                 cached_image_tokens=_int(pin, "cached_tokens_details", "image_tokens"),
+                 reasoning_tokens=_int(pout, "reasoning_tokens"),
+                 audio_output_tokens=_int(pout, "audio_tokens"),
+                 image_output_tokens=_int(pout, "image_tokens"))
 
 
 def transcript_usage(call: Call, body: bytes) -> tuple[dict, Usage | None]:
