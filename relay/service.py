@@ -2,7 +2,8 @@
 
 1. authenticate the key (from cache)          -> authenticate()
 2. check group, IP allow-list, model lock     -> authenticate(), check_model()
-3. pick channels for (group, model)           -> scheduler.candidates()
+3. pick channels for (group, model)           -> scheduler.candidates(), priced()
+   rate and concurrency limits                -> limits.admit() (relay/limits.py)
 4. reserve the cost                           -> billing.reserve()
 5. convert the request for the vendor         -> adaptor.request()
 6. relay the upstream reply                   -> _attempt_stream() / _attempt_plain()
@@ -79,6 +80,7 @@ class RelayService:
         self.upstream = upstream
         self.inflight = 0
         self._bound: dict | None = None
+        self.limits = None  # relay/limits.Limiter, installed by it
 
     # ---- 1-2: who is calling, and may they ---------------------------------
     async def authenticate(self, key: str | None, client_ip: str, host: str = "") -> Auth:
@@ -204,8 +206,14 @@ class RelayService:
         channels, prices = self.priced(auth, call.model, self.channels_for(auth, call))
         price = prices[channels[0].id]
         estimate = self.estimate(auth, call, price)
-        res = await self.billing.reserve(call.request_id, auth.user.id, auth.token.id,
-                                         not auth.token.unlimited_quota, estimate)
+        ticket = await self.limits.admit(auth.token, auth.user) if self.limits else None
+        try:
+            res = await self.billing.reserve(call.request_id, auth.user.id, auth.token.id,
+                                             not auth.token.unlimited_quota, estimate)
+        except BaseException:
+            if self.limits:
+                self.limits.done(ticket)
+            raise
         t0 = time.monotonic()
         self.inflight += 1
         outcome = Outcome()
@@ -217,6 +225,8 @@ class RelayService:
                 500, "Internal error.", "server_error", "internal_error")
         finally:
             self.inflight -= 1
+            if self.limits:
+                self.limits.done(ticket, outcome.usage)
             # Billed at the price of the channel that answered.
             price = prices.get(getattr(outcome.channel, "id", None), price)
             await self._settle(call, auth, price, res, outcome, t0, cancel)
