@@ -146,6 +146,9 @@ def test_two_processes_share_the_limits(w, tmp_path):
     try:
         urls = [w["relay"].url, other.url]
         api = account(w)
+        warm = key(api)
+        for url in urls:  # both warm (connections, caches): they race evenly
+            assert chat(url, warm["key"]).status_code == 200
         # rpm 40: leases of 2, so permits strand in one process unless given back
         k = key(api, rpm_limit=40)
         same_minute(20)
@@ -157,6 +160,16 @@ def test_two_processes_share_the_limits(w, tmp_path):
                 assert "40 requests per minute" in refused(r)
         # both processes served some of them
         assert {r.url.split("/v1")[0] for r in rs if r.status_code == 200} == set(urls)
+
+        # A lease left unused in one process is given back to the other:
+        # three calls here hold a lease of 2 twice (one permit spare), then
+        # only the other process is called.
+        s = key(api, rpm_limit=40)
+        same_minute(20)
+        assert [chat(urls[0], s["key"]).status_code for _ in range(3)] == [200] * 3
+        rs = burst([lambda: chat(urls[1], s["key"])] * 60)
+        assert sum(r.status_code == 200 for r in rs) == 37
+        assert sum(r.status_code == 429 for r in rs) == 23
 
         c = key(api, concurrency_limit=2)
         slow = dict(stream=True, fake_delay=0.5, fake_chunks=3)
