@@ -20,7 +20,8 @@ atomic conditional update
 then admits calls from its lease in memory: a call within its limits does
 not wait for the database, and nothing is counted per process, so N
 processes never admit N times the limit.  A lease is a sixteenth of the
-limit (at most 256); when the pool has less, a process takes exactly one.
+limit (at most 256), and the next one is taken in the background when a
+quarter is left; when the pool runs low, a process takes exactly one.
 
 Permits one process leased but does not use would make another refuse
 calls under the limit.  So a process that finds the pool empty while
@@ -79,8 +80,15 @@ class _Bucket:
     left: int = -1              # the document's `left` when last seen (for headers)
     written: int = 0            # held (+busy) as last written to the document
     refused_until: float = 0.0  # monotonic; fail fast after a fruitless wait
+    refilling: bool = False     # a lease is being taken ahead of need
     touched: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def chunk(self) -> int:
+        """Permits leased at once: a sixteenth of the limit, at most 256 calls
+        (or a million tokens)."""
+        return max(1, min(self.limit // 16, 1_000_000 if self.kind == TPM else 256))
 
 
 @dataclass
@@ -100,7 +108,7 @@ class Limiter:
         self.wait = wait if wait is not None else max(0.5, 3 * flush_interval)
         self._buckets: dict[tuple, _Bucket] = {}
         self._task: asyncio.Task | None = None
-        self._cleaned = 0.0
+        self._bg: set = set()
 
     @property
     def coll(self):
@@ -129,6 +137,8 @@ class Limiter:
                     if kind == CONC:
                         b.busy += 1
                     taken.append(b)
+                    if b.held < b.chunk // 4 and not b.refilling and kind != CONC:
+                        self._refill(b)
         except BaseException:
             for b in taken:
                 b.held += 1
@@ -181,7 +191,7 @@ class Limiter:
                 return
             if b.refused_until > time.monotonic():
                 raise self._exceeded(b)
-            take = max(1, min(b.limit // 16, 256 if b.kind != TPM else 1_000_000))
+            take = b.chunk
             deadline = time.monotonic() + self.wait
             created = wanted = False
             held = f"held.{self.pid}"
@@ -271,6 +281,33 @@ class Limiter:
             headers[f"x-ratelimit-remaining-{name}"] = str(remaining)
             headers[f"x-ratelimit-reset-{name}"] = f"{self._retry_after(other)}s"
         return LimitExceeded(b.scope, b.kind, b.limit, retry, headers)
+
+    def _refill(self, b: _Bucket) -> None:
+        """Lease the next chunk before this one runs out, so that a steady
+        stream of calls never waits for the database.  Only from a pool
+        with plenty left; near the limit the calls lease for themselves."""
+        b.refilling = True
+
+        async def run() -> None:
+            try:
+                async with b.lock:
+                    take = b.chunk
+                    doc = await self.coll.find_one_and_update(
+                        {"_id": b.doc_id, "left": {"$gte": take * 4 + b.debt}},
+                        {"$inc": {"left": -take - b.debt, f"held.{self.pid}": take}},
+                        return_document=True)
+                    if doc is not None:
+                        b.debt = 0
+                        b.held += take
+                        b.written += take
+                        b.left = int(doc["left"])
+            except Exception:
+                log.warning("could not lease ahead for %s", b.doc_id, exc_info=True)
+            finally:
+                b.refilling = False
+        task = asyncio.get_running_loop().create_task(run())
+        self._bg.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._bg.discard)
 
     # ---- flushing ---------------------------------------------------------------
     def start(self) -> None:
