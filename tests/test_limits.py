@@ -178,3 +178,35 @@ def test_two_processes_share_the_limits(w, tmp_path):
         assert chat(urls[1], c["key"]).status_code == 200
     finally:
         other.stop()
+
+
+def test_calls_within_a_lease_do_not_touch_the_database(mongo_url, tmp_path):
+    """After the first lease, admitting and finishing calls makes no
+    database call at all (the store is swapped for one that fails loudly)."""
+    import asyncio
+
+    from models.records import Token, User
+    from models.store import Store
+    from relay.limits import Limiter
+    from relay.pricing import Usage
+
+    class NoDatabase:
+        @property
+        def db(self):
+            raise AssertionError("the hot path touched the database")
+
+    async def run():
+        store = Store(mongo_url, str(tmp_path), "lim_" + uuid.uuid4().hex[:8])
+        await store.start()
+        lim = Limiter(store, "p1")
+        tok = Token.from_doc({"_id": 1, "user_id": 1, "rpm_limit": 1600, "tpm_limit": 10 ** 8,
+                              "concurrency_limit": 50})
+        user = User.from_doc({"_id": 1, "rpm_limit": 3200})
+        first = await lim.admit(tok, user)   # leases: 100 requests, 50 slots, ...
+        lim.done(first, Usage(10, 5))
+        real, lim.store = lim.store, NoDatabase()
+        for _ in range(60):                   # well inside the leases, no refill due
+            lim.done(await lim.admit(tok, user), Usage(10, 5))
+        lim.store = real
+        await store.close()
+    asyncio.run(run())
