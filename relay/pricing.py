@@ -35,7 +35,7 @@ down to nothing: the smallest billable call costs one unit.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from decimal import ROUND_HALF_UP, Decimal
 
 from models.records import QUOTA_PER_USD, Price
@@ -43,7 +43,9 @@ from models.records import QUOTA_PER_USD, Price
 _MILLION = Decimal(1_000_000)
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass of this size costs four times as much to
+# build, on every call; nothing changes a Usage once made (use replace()).
+@dataclass(slots=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -64,9 +66,15 @@ class Usage:
 
     def record(self) -> dict:
         """The counts as the usage record and its CSV keep them."""
-        out = asdict(self)
-        out.pop("estimated")
-        return out
+        return {f: getattr(self, f) for f in USAGE_FIELDS}
+
+    def detailed(self) -> bool:
+        """Whether any part beyond text in (cached or not) and text out is set."""
+        return bool(self.cache_write_5m_tokens or self.cache_write_1h_tokens
+                    or self.audio_input_tokens or self.cached_audio_tokens
+                    or self.image_input_tokens or self.cached_image_tokens
+                    or self.reasoning_tokens or self.audio_output_tokens
+                    or self.image_output_tokens)
 
 
 # The usage record's component columns, in order (handlers/api_log.py, CSV).
@@ -132,9 +140,15 @@ def token_parts(usage: Usage, p: Price) -> list[tuple[int, Decimal]]:
 
 
 def token_cost_usd(usage: Usage, price: Price, rate: Decimal) -> Decimal:
-    p = price.at(_n(usage.prompt_tokens))
-    usd = sum((price_ * n for n, price_ in token_parts(usage, p) if n), Decimal(0)) / _MILLION
-    usd += p.unit_price * _n(usage.units)
+    prompt = _n(usage.prompt_tokens)
+    p = price.at(prompt) if price.tiers else price
+    if usage.detailed():
+        usd = sum((pr * n for n, pr in token_parts(usage, p) if n), Decimal(0))
+    else:  # the common case, the same sum with only its first, second and ninth parts
+        cached = min(_n(usage.cached_tokens), prompt)
+        usd = (p.input_price * (prompt - cached) + (p.cache_price or p.input_price) * cached
+               + p.output_price * _n(usage.completion_tokens))
+    usd = usd / _MILLION + p.unit_price * _n(usage.units)
     return usd * rate
 
 

@@ -27,11 +27,8 @@ REASONING = re.compile(r"^(o\d|gpt-5)")
 NO_SYSTEM = re.compile(r"^o1(-mini|-preview)?(-\d{4}-\d{2}-\d{2})?$")
 
 
-def _int(doc, *path) -> int:
-    for key in path:
-        doc = doc.get(key) if isinstance(doc, dict) else None
-    ok = isinstance(doc, (int, float)) and not isinstance(doc, bool) and doc > 0
-    return int(doc) if ok else 0
+def _n(v) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0
 
 
 def usage_from(doc: dict | None) -> Usage | None:
@@ -43,33 +40,35 @@ def usage_from(doc: dict | None) -> Usage | None:
     with input_tokens_details {cached_tokens, audio_tokens, image_tokens,
     cached_tokens_details {audio_tokens, image_tokens}} and
     output_tokens_details {reasoning_tokens, audio_tokens, image_tokens}
-    (the Realtime API's input_token_details is the same)."""
+    (the Realtime API's input_token_details is the same).  An image call
+    that reports no output detail made only image tokens (gpt-image-1),
+    whose output price is the image price already."""
     if not isinstance(doc, dict):
         return None
     if doc.get("type") == "duration":  # transcriptions billed by time
         return Usage(units=math.ceil(float(doc.get("seconds") or 0)))
     if "input_tokens" in doc and "prompt_tokens" not in doc:
-        prompt, completion = _int(doc, "input_tokens"), _int(doc, "output_tokens")
-        pin = doc.get("input_tokens_details") or doc.get("input_token_details") or {}
-        pout = doc.get("output_tokens_details") or doc.get("output_token_details") or {}
+        u = Usage(_n(doc.get("input_tokens")), _n(doc.get("output_tokens")))
+        pin = doc.get("input_tokens_details") or doc.get("input_token_details")
+        pout = doc.get("output_tokens_details") or doc.get("output_token_details")
     else:
-        prompt, completion = _int(doc, "prompt_tokens"), _int(doc, "completion_tokens")
-        pin = doc.get("prompt_tokens_details") or {}
-        pout = doc.get("completion_tokens_details") or {}
-    if not isinstance(pin, dict) or not isinstance(pout, dict):
-        pin, pout = {}, {}
-    # An image call that reports no output detail made only image tokens
-    # (gpt-image-1); its output price is the image price already.
-    return Usage(prompt_tokens=prompt, completion_tokens=completion,
-                 # DeepSeek names its cache reads prompt_cache_hit_tokens
-                 cached_tokens=_int(pin, "cached_tokens") or _int(doc, "prompt_cache_hit_tokens"),
-                 audio_input_tokens=_int(pin, "audio_tokens"),
-                 image_input_tokens=_int(pin, "image_tokens"),
-                 cached_audio_tokens=_int(pin, "cached_tokens_details", "audio_tokens"),
-                 cached_image_tokens=_int(pin, "cached_tokens_details", "image_tokens"),
-                 reasoning_tokens=_int(pout, "reasoning_tokens"),
-                 audio_output_tokens=_int(pout, "audio_tokens"),
-                 image_output_tokens=_int(pout, "image_tokens"))
+        u = Usage(_n(doc.get("prompt_tokens")), _n(doc.get("completion_tokens")))
+        pin, pout = doc.get("prompt_tokens_details"), doc.get("completion_tokens_details")
+        # DeepSeek names its cache reads prompt_cache_hit_tokens
+        u.cached_tokens = _n(doc.get("prompt_cache_hit_tokens"))
+    if isinstance(pin, dict):
+        u.cached_tokens = _n(pin.get("cached_tokens")) or u.cached_tokens
+        u.audio_input_tokens = _n(pin.get("audio_tokens"))
+        u.image_input_tokens = _n(pin.get("image_tokens"))
+        cached = pin.get("cached_tokens_details")
+        if isinstance(cached, dict):
+            u.cached_audio_tokens = _n(cached.get("audio_tokens"))
+            u.cached_image_tokens = _n(cached.get("image_tokens"))
+    if isinstance(pout, dict):
+        u.reasoning_tokens = _n(pout.get("reasoning_tokens"))
+        u.audio_output_tokens = _n(pout.get("audio_tokens"))
+        u.image_output_tokens = _n(pout.get("image_tokens"))
+    return u
 
 
 def transcript_usage(call: Call, body: bytes) -> tuple[dict, Usage | None]:
