@@ -122,6 +122,7 @@ class Limiter:
         if not (any(token.limits) or any(user.limits)):
             return None
         window = int(time.time() // 60)
+        now = time.monotonic()
         taken: list[_Bucket] = []
         try:
             for scope, ident, limits in (("token", token.id, token.limits),
@@ -129,7 +130,7 @@ class Limiter:
                 for kind, limit in enumerate(limits):
                     if limit <= 0:
                         continue
-                    b = self._bucket(scope, ident, kind, limit, window)
+                    b = self._bucket(scope, ident, kind, limit, window, now)
                     while b.held < 1:
                         await self._lease(b)
                     # No await from the check to here: the take is atomic.
@@ -171,17 +172,18 @@ class Limiter:
                 cur.debt += more - use
 
     # ---- leases ---------------------------------------------------------------
-    def _bucket(self, scope: str, ident: int, kind: int, limit: int, window: int) -> _Bucket:
+    def _bucket(self, scope: str, ident: int, kind: int, limit: int, window: int,
+                now: float = 0.0) -> _Bucket:
         w = window if kind != CONC else -1
-        key = (scope, ident, kind, w)
-        b = self._buckets.get(key)
+        b = self._buckets.get((scope, ident, kind, w))
         if b is None:
             doc_id = f"{scope}:{ident}:{_CODE[kind]}" + (f":{w}" if w >= 0 else "")
-            b = self._buckets[key] = _Bucket(scope, ident, kind, limit, w, doc_id)
+            b = self._buckets[(scope, ident, kind, w)] = _Bucket(scope, ident, kind, limit, w,
+                                                                 doc_id)
         if b.limit != limit:  # changed by an admin: the document follows at the next lease
             b.limit = limit
             b.refused_until = 0.0
-        b.touched = time.monotonic()
+        b.touched = now or time.monotonic()
         return b
 
     async def _lease(self, b: _Bucket) -> None:
