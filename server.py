@@ -52,7 +52,7 @@ HANDLER_MODULES = [
     "handlers.console",
 ]
 # Modules with install(app): background workers that hook into start/stop.
-INSTALLERS = ["notify.service", "relay.mj_tasks"]
+INSTALLERS = ["notify.service", "relay.mj_tasks", "relay.limits"]
 
 
 class RelayApplication(tornado.web.Application):

@@ -2,6 +2,7 @@
 interleaved, compared by CPU time per request.
 
     python bench/ab.py /work/main /path/to/changed-tree [--rounds 3] [--stream]
+    python bench/ab.py . .:limits      # the same tree, with rate limits set on the key
 
 Each tree's `server.py` runs as its own relay (own embedded database), all
 set up alike; every round loads each relay in turn with wrk.  req/s moves
@@ -41,12 +42,14 @@ def main() -> int:
         upstream, upstream_url = procs.start_upstream(work)
         children.append(upstream)
         relays = []
-        for i, tree in enumerate(args.trees):
+        for i, spec in enumerate(args.trees):
+            # "tree:limits": that tree with rate limits set on its key (run.py --limits)
+            tree, _, flag = spec.partition(":")
             child, url = procs.start_relay(work, ADMIN_PASSWORD, os.path.abspath(tree),
                                            name=f"relay{i}")
             children.append(child)
-            key = setup(url, upstream_url)["key"]
-            relays.append((tree, child, url, key))
+            key = setup(url, upstream_url, flag == "limits")["key"]
+            relays.append((spec, child, url, key))
         body = STREAM_BODY if args.stream else BODY
         for _, _, url, key in relays:  # warm-up
             procs.wrk(url + "/v1/chat/completions", body, key, args.connections, duration=2)

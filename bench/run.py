@@ -58,13 +58,20 @@ PRICE = {"input_price": 1, "output_price": 2}
 TARGET_RATIO = 1 / 3
 
 
-def setup(relay_url: str, upstream_url: str) -> dict:
+# --limits: on the key and its account, far above what a run reaches, so
+# that every call pays for the checks and none is refused.
+LIMITS = {"rpm_limit": 10 ** 8, "tpm_limit": 10 ** 10, "concurrency_limit": 10 ** 4}
+
+
+def setup(relay_url: str, upstream_url: str, limits: bool = False) -> dict:
     admin = Api.login(relay_url, "root", ADMIN_PASSWORD)
     admin.create_channel(upstream_url, [MODEL], name="bench-fake")
     admin.set_price(MODEL, **PRICE)
     user = admin.create_user("benchuser", password="bench-password", quota=10 ** 12)
     me = Api.login(relay_url, "benchuser", "bench-password")
-    token = me.create_token("bench", remain_quota=10 ** 11)
+    token = me.create_token("bench", remain_quota=10 ** 11, **(LIMITS if limits else {}))
+    if limits:
+        admin.put("/api/user/", {"id": user["id"], **LIMITS})
     return {"admin": admin, "user_id": user["id"], "key": token["key"]}
 
 
@@ -199,6 +206,8 @@ def main() -> int:
     ap.add_argument("--profile-load", choices=("plain", "stream"), default="plain",
                     help="chat calls to profile under: non-streaming (default) or streaming")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare Tornado+curl proxy")
+    ap.add_argument("--limits", action="store_true",
+                    help="set rate and concurrency limits (never reached) on the key and account")
     ap.add_argument("--out", default=os.path.join(RESULTS, "latest.json"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = ap.parse_args()
@@ -219,7 +228,7 @@ def main() -> int:
         if not args.no_bare:
             bare, bare_url = procs.start_bare_proxy(work, upstream_url)
         relay, relay_url = procs.start_relay(work, ADMIN_PASSWORD)
-        env = setup(relay_url, upstream_url)
+        env = setup(relay_url, upstream_url, args.limits)
         admin, uid, key = env["admin"], env["user_id"], env["key"]
         smoke(relay_url, upstream_url, key)
         first = settled(admin, uid)
@@ -334,6 +343,7 @@ def main() -> int:
                       "latency_duration_s": args.latency_duration, "wrk_threads": args.threads,
                       "body_bytes": len(BODY), "stream_body_bytes": len(STREAM_BODY),
                       "unit_cost": unit_cost, "billing": "per token, limited key + user",
+                      "rate_limits": LIMITS if args.limits else None,
                       "database": "embedded (nx-27017 child process)"},
             "runs": runs, "ratios": ratios, "ratios_by_cpu_per_call": cpu_ratios,
             "target_ratio": round(TARGET_RATIO, 3),

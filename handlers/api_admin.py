@@ -4,14 +4,15 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from dataclasses import replace
 from decimal import Decimal
 
 from handlers.api_user import _int, paged
 from handlers.base import ApiError, ApiHandler
-from models.records import to_decimal
+from models.records import PRICE_COMPONENTS, Price, parse_tiers, tiers_doc, to_decimal
 from models.secrets import mask
 from models.store import DuplicateKeyError, now
-from relay import registry
+from relay import price_catalogue, registry
 from relay.adaptors.base import Call
 
 
@@ -90,22 +91,51 @@ class GroupHandler(GroupsHandler):
 
 
 # ---- prices ----------------------------------------------------------------
-PRICE_FIELDS = ("input_price", "output_price", "cache_price", "call_price")
+def price_view(p: Price, **extra) -> dict:
+    """One price row: every component, its tiers, and where it comes from."""
+    return {"model": p.model, "group": p.group, "source": p.source, "ref": p.ref,
+            **{f: _num(v) for f, v in p.components().items()},
+            "tiers": [{"above": a, **{k: _num(v) for k, v in t.items()}} for a, t in p.tiers],
+            **extra}
 
 
-def price_view(d: dict) -> dict:
-    return {"model": d["model"], "group": d.get("group", ""),
-            **{f: _num(d.get(f, "0")) for f in PRICE_FIELDS}}
+def catalogue_rows(catalog) -> list[dict]:
+    """What the catalogue charges for each model a channel serves and no
+    administrator has priced for all groups; source "none" when it has no
+    price either (such a model answers 503)."""
+    rows: dict = {}
+    for ch in catalog.channels:
+        for model in ch.models:
+            if (model, "") in catalog.prices:
+                continue
+            p = price_catalogue.lookup(ch.type, ch.upstream_model(model))
+            key = (model, p.ref if p else "")
+            if key not in rows:
+                rows[key] = (price_view(replace(p, model=model), upstream_model=p.model)
+                             if p else {"model": model, "group": "", "source": "none", "ref": "",
+                                        "tiers": []})
+                rows[key]["channels"] = []
+            rows[key]["channels"].append(ch.id)
+    return list(rows.values())
 
 
 class PricesHandler(ApiHandler):
     async def get(self) -> None:
+        """Every price in force: administrators' overrides and, for each
+        served model without one, the catalogue's."""
         self.require_user()
-        docs = await self.store.db.prices.find({}).sort("_id", 1).to_list(10000)
-        self.ok([price_view(d) for d in docs])
+        catalog = self.ctx["catalog"]
+        rows = [price_view(p) for p in catalog.prices.values()] + catalogue_rows(catalog)
+        if not self.is_admin():  # which channel serves what is the operator's business
+            for r in rows:
+                r.pop("channels", None)
+                r.pop("upstream_model", None)
+        rows.sort(key=lambda r: (r["model"], r["group"], r["source"]))
+        self.ok(rows)
 
     async def post(self) -> None:
-        """Create or replace the price of a model (optionally for one group)."""
+        """Create or replace the price of a model (optionally for one group):
+        an override of the catalogue's, complete in itself."""
         self.require_admin()
         body = self.body_json()
         model = str(body.get("model") or "")
@@ -114,11 +144,16 @@ class PricesHandler(ApiHandler):
         group = str(body.get("group") or "")
         if group and group not in self.ctx["catalog"].groups:
             raise ApiError(400, f"There is no group named {group!r}.")
+        try:
+            tiers = tiers_doc(parse_tiers(body.get("tiers")))
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
         doc = {"_id": f"{model}@{group}", "model": model, "group": group,
-               **{f: _dec(body.get(f, 0), f) for f in PRICE_FIELDS}, "updated_time": now()}
+               **{f: _dec(body.get(f, 0), f) for f in PRICE_COMPONENTS}, "tiers": tiers,
+               "updated_time": now()}
         await self.store.db.prices.replace_one({"_id": doc["_id"]}, doc, upsert=True)
         await self.ctx["catalog"].changed("price", doc["_id"])
-        self.ok(price_view(doc), "Price saved.")
+        self.ok(price_view(Price.from_doc(doc)), "Price saved.")
 
     put = post
 
@@ -131,6 +166,14 @@ class PricesHandler(ApiHandler):
             raise ApiError(404, f"No price for {model!r}" + (f" in {group!r}." if group else "."))
         await self.ctx["catalog"].changed("price", f"{model}@{group}")
         self.ok(None, "Price deleted.")
+
+
+class PriceCatalogueHandler(ApiHandler):
+    async def get(self) -> None:
+        """Which catalogue prices models without an override, and its version."""
+        self.require_user()
+        self.ok({"package": price_catalogue.PACKAGE, "version": price_catalogue.VERSION,
+                 "providers": price_catalogue.PROVIDERS})
 
 
 class PriceHandler(PricesHandler):
@@ -359,6 +402,7 @@ default_handlers = [
     (r"/api/group/?", GroupsHandler),
     (r"/api/group/([^/]+)/?", GroupHandler),
     (r"/api/price/?", PricesHandler),
+    (r"/api/price/catalogue/?", PriceCatalogueHandler),
     (r"/api/price/([^/]+)/?", PriceHandler),
     (r"/api/channel/?", ChannelsHandler),
     (r"/api/channel/(\d+)/test/?", ChannelTestHandler),

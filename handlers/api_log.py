@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from handlers.api_user import paged
 from handlers.base import ApiError, ApiHandler
+from relay.pricing import USAGE_FIELDS
 
+# Every usage component (relay/pricing.USAGE_FIELDS) is shown and exported.
 FIELDS = ("user_id", "username", "token_id", "token_name", "group", "model", "upstream_model",
-          "channel_id", "endpoint", "prompt_tokens", "completion_tokens", "cached_tokens",
-          "units", "quota", "estimated", "duration_ms", "ttfb_ms", "status", "stream",
-          "client_ip", "billing_mode", "error", "created_at")
+          "channel_id", "endpoint", *USAGE_FIELDS, "quota", "estimated", "duration_ms", "ttfb_ms",
+          "status", "stream", "client_ip", "billing_mode", "error", "created_at")
 
 
 def log_view(d: dict, admin: bool) -> dict:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 import time
 
-from handlers.api_user import _int, paged
+from handlers.api_user import _int, limit_fields, paged
 from handlers.base import ApiError, ApiHandler
-from models.records import (BILLING_MODES, TOKEN_DISABLED, TOKEN_ENABLED, TOKEN_EXHAUSTED,
-                            TOKEN_EXPIRED, parse_networks)
+from models.records import (BILLING_MODES, LIMIT_FIELDS, TOKEN_DISABLED, TOKEN_ENABLED,
+                            TOKEN_EXHAUSTED, TOKEN_EXPIRED, parse_networks)
 from models.secrets import mask, new_api_key
 from models.store import now
 from relay.billing import TOKEN
@@ -38,6 +38,7 @@ def token_view(handler: ApiHandler, doc: dict, reveal: bool = False) -> dict:
         "model_limits": ",".join(doc.get("model_limits") or []),
         "billing_mode": doc.get("billing_mode", "per_token"),
         "created_time": doc.get("created_time", 0), "accessed_time": doc.get("accessed_time", 0),
+        **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS},  # relay/limits.py
     }
 
 
@@ -83,6 +84,7 @@ def clean_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
         if body["billing_mode"] not in BILLING_MODES:
             raise ApiError(400, "billing_mode must be per_token or per_call.")
         out["billing_mode"] = body["billing_mode"]
+    out.update(limit_fields(body))
     if "status" in body:
         if body["status"] not in (TOKEN_ENABLED, TOKEN_DISABLED):
             raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")

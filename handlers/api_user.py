@@ -9,7 +9,8 @@ from cachetools import TTLCache
 
 from handlers.base import ApiError, ApiHandler
 from models.passwords import hash_password, needs_update, password_problem, verify_password
-from models.records import ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER_ENABLED
+from models.records import (LIMIT_FIELDS, ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED,
+                            USER_ENABLED)
 from models.seed import reset_fields, temporary_password
 from models.store import DuplicateKeyError, now
 from relay.billing import USER
@@ -31,7 +32,8 @@ def user_view(handler: ApiHandler, doc: dict) -> dict:
             "status": doc.get("status", USER_ENABLED), "group": doc.get("group", "default"),
             "quota": remaining, "used_quota": used, "created_time": doc.get("created_time", 0),
             "marketing_opt_in": bool(doc.get("marketing_opt_in")),
-            "must_change_password": bool(doc.get("must_change_password"))}
+            "must_change_password": bool(doc.get("must_change_password")),
+            **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS}}
 
 
 async def registration_open(handler: ApiHandler) -> bool:
@@ -278,6 +280,7 @@ class UsersHandler(ApiHandler):
                                     "(PUT /api/user/self with original_password).")
             # The user must replace a password somebody else chose.
             reset = reset_fields(password)
+        update.update(limit_fields(body))
         if not update and not reset and "quota" not in body:
             raise ApiError(400, "Nothing to change.")
         if update or reset:
@@ -381,6 +384,18 @@ class AdjustQuotaHandler(UsersHandler):
             raise ApiError(409, "The balance is smaller than the amount to remove.")
         doc = await self.store.db.users.find_one({"_id": target["_id"]})
         self.ok(user_view(self, doc), "Balance adjusted.")
+
+
+def limit_fields(body: dict) -> dict:
+    """The rate limits present in body (relay/limits.py): 0 = none."""
+    out = {}
+    for f in LIMIT_FIELDS:
+        if f in body:
+            v = _int(body[f] if body[f] not in (None, "") else 0, f)
+            if not 0 <= v <= 10 ** 12:
+                raise ApiError(400, f"{f} must be 0 (no limit) or a positive whole number.")
+            out[f] = v
+    return out
 
 
 def _int(value, name: str) -> int:

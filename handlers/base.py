@@ -293,6 +293,8 @@ class RelayHandler(Base):
         self.set_default_headers()
         self.set_status(err.status, _REASONS.get(err.status))
         self.set_header("Content-Type", "application/json; charset=utf-8")
+        for k, v in getattr(err, "headers", {}).items():
+            self.set_header(k, v)
         self.finish(json.dumps(render(self.family, err, self.request_id), ensure_ascii=False))
 
     def log_exception(self, typ, value, tb) -> None:

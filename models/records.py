@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -21,6 +21,8 @@ USER_ENABLED, USER_DISABLED = 1, 2
 ROLE_USER, ROLE_ADMIN, ROLE_ROOT = 1, 10, 100
 
 BILLING_MODES = ("per_token", "per_call")
+# Rate limits on a key or an account; 0 or absent = none (relay/limits.py).
+LIMIT_FIELDS = ("rpm_limit", "tpm_limit", "concurrency_limit")
 
 
 def to_decimal(value: Any, name: str = "value") -> Decimal:
@@ -57,6 +59,10 @@ def parse_networks(text: str | list | None) -> tuple:
     return tuple(nets)
 
 
+def limits_of(d: dict) -> tuple:
+    return tuple(max(0, int(d.get(f) or 0)) for f in LIMIT_FIELDS)
+
+
 @dataclass(frozen=True)
 class User:
     id: int
@@ -65,12 +71,13 @@ class User:
     role: int
     status: int
     group: str
+    limits: tuple = (0, 0, 0)  # rpm, tpm, concurrency (LIMIT_FIELDS); 0 = none
 
     @classmethod
     def from_doc(cls, d: dict) -> "User":
         return cls(id=d["_id"], username=d.get("username", ""), email=d.get("email", ""),
                    role=int(d.get("role", ROLE_USER)), status=int(d.get("status", USER_ENABLED)),
-                   group=d.get("group") or "default")
+                   group=d.get("group") or "default", limits=limits_of(d))
 
     @property
     def is_admin(self) -> bool:
@@ -90,6 +97,7 @@ class Token:
     model_limits_enabled: bool
     model_limits: frozenset
     billing_mode: str
+    limits: tuple = (0, 0, 0)  # rpm, tpm, concurrency (LIMIT_FIELDS); 0 = none
 
     @classmethod
     def from_doc(cls, d: dict) -> "Token":
@@ -100,7 +108,7 @@ class Token:
                    allow_ips=parse_networks(d.get("allow_ips")),
                    model_limits_enabled=bool(d.get("model_limits_enabled")),
                    model_limits=frozenset(d.get("model_limits") or ()),
-                   billing_mode=d.get("billing_mode") or "per_token")
+                   billing_mode=d.get("billing_mode") or "per_token", limits=limits_of(d))
 
     def expired(self, now: float | None = None) -> bool:
         return self.expired_time not in (-1, 0) and self.expired_time <= (now or time.time())
@@ -133,23 +141,95 @@ class Group:
                    description=d.get("description", ""), enabled=bool(d.get("enabled", True)))
 
 
+# Every price component, in USD: per million tokens unless named otherwise.
+# An unset (zero) component falls back to its parent (see relay/pricing.py).
+PRICE_COMPONENTS = (
+    "input_price", "output_price",
+    "cache_price",                 # input read from a cache
+    "cache_write_price",           # input written to a cache (Anthropic: 5 minutes)
+    "cache_write_1h_price",        # input written to a 1-hour cache
+    "audio_input_price", "audio_output_price", "audio_cache_price",
+    "image_input_price", "image_output_price", "image_cache_price",
+    "reasoning_price",             # thinking tokens; unset = output price
+    "call_price",                  # USD per call (per unit for call-only models)
+    "unit_price",                  # USD per unit: image, second, character, action
+)
+# Components a tier may change (the per-token ones).
+TIER_COMPONENTS = PRICE_COMPONENTS[:12]
+
+
+def parse_tiers(raw: Any) -> tuple:
+    """[{"above": 200000, "input_price": 2.5, ...}, ...] -> ((200000, {name: Decimal}), ...),
+    sorted by threshold.  A tier applies to a call whose prompt has MORE
+    than `above` tokens, and then to all of its tokens (the vendors' rule)."""
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError("tiers must be a list of {above, <component>: price}")
+    tiers = []
+    for t in raw:
+        if not isinstance(t, dict):
+            raise ValueError("each tier must be an object")
+        above = t.get("above")
+        if isinstance(above, bool) or not isinstance(above, int) or above < 0:
+            raise ValueError("a tier's 'above' must be a whole number of prompt tokens")
+        unknown = set(t) - {"above", *TIER_COMPONENTS}
+        if unknown:
+            raise ValueError(f"a tier cannot set {sorted(unknown)[0]!r}")
+        prices = {k: to_decimal(t[k], k) for k in TIER_COMPONENTS if k in t}
+        tiers.append((above, prices))
+    tiers.sort(key=lambda x: x[0])
+    if len({a for a, _ in tiers}) != len(tiers):
+        raise ValueError("two tiers start at the same prompt size")
+    return tuple(tiers)
+
+
+def tiers_doc(tiers: tuple) -> list:
+    """The stored (and API) form of parsed tiers: prices as strings."""
+    return [{"above": a, **{k: str(v) for k, v in p.items()}} for a, p in tiers]
+
+
 @dataclass(frozen=True)
 class Price:
-    """USD per million tokens (input/output/cache) and USD per call."""
+    """Every price component of one model (see PRICE_COMPONENTS), its
+    prompt-size tiers, and where it came from: "override" (an
+    administrator's row) or "catalogue" (genai-prices, `ref` names the entry)."""
     model: str
     group: str
-    input_price: Decimal
-    output_price: Decimal
-    cache_price: Decimal
-    call_price: Decimal
+    input_price: Decimal = Decimal(0)
+    output_price: Decimal = Decimal(0)
+    cache_price: Decimal = Decimal(0)
+    call_price: Decimal = Decimal(0)
+    cache_write_price: Decimal = Decimal(0)
+    cache_write_1h_price: Decimal = Decimal(0)
+    audio_input_price: Decimal = Decimal(0)
+    audio_output_price: Decimal = Decimal(0)
+    audio_cache_price: Decimal = Decimal(0)
+    image_input_price: Decimal = Decimal(0)
+    image_output_price: Decimal = Decimal(0)
+    image_cache_price: Decimal = Decimal(0)
+    reasoning_price: Decimal = Decimal(0)
+    unit_price: Decimal = Decimal(0)
+    tiers: tuple = ()
+    source: str = "override"
+    ref: str = ""
 
     @classmethod
     def from_doc(cls, d: dict) -> "Price":
         return cls(model=d["model"], group=d.get("group") or "",
-                   input_price=to_decimal(d.get("input_price")),
-                   output_price=to_decimal(d.get("output_price")),
-                   cache_price=to_decimal(d.get("cache_price")),
-                   call_price=to_decimal(d.get("call_price")))
+                   **{f: to_decimal(d.get(f), f) for f in PRICE_COMPONENTS},
+                   tiers=parse_tiers(d.get("tiers")))
+
+    def at(self, prompt_tokens: int) -> "Price":
+        """The prices that apply to a call with this many prompt tokens."""
+        applied: dict = {}
+        for above, prices in self.tiers:
+            if prompt_tokens > above:
+                applied.update(prices)
+        return replace(self, **applied, tiers=()) if applied else self
+
+    def components(self) -> dict:
+        return {f: getattr(self, f) for f in PRICE_COMPONENTS}
 
 
 @dataclass(frozen=True)

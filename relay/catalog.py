@@ -20,6 +20,7 @@ import uuid
 from cachetools import LRUCache, TTLCache
 
 from models.records import Channel, Group, Price, Token, User
+from relay import price_catalogue
 
 log = logging.getLogger("relay.catalog")
 
@@ -108,9 +109,14 @@ class Catalog:
         self._users[user_id] = u
         return u
 
-    def price(self, model: str, group: str) -> Price | None:
-        """The group's override if there is one, else the model's base price."""
-        return self.prices.get((model, group)) or self.prices.get((model, ""))
+    def price(self, model: str, group: str, channel: Channel | None = None) -> Price | None:
+        """An administrator's price for the model in the group, else for the
+        model, else (given the channel that serves it) the vendor's price
+        from the catalogue (relay/price_catalogue.py); None if none."""
+        p = self.prices.get((model, group)) or self.prices.get((model, ""))
+        if p is None and channel is not None:
+            p = price_catalogue.lookup(channel.type, channel.upstream_model(model))
+        return p
 
     def models_for_group(self, group: str) -> list[str]:
         seen = set()

@@ -27,6 +27,7 @@ class RelayError(Exception):
         self.type = type
         self.code = code
         self.param = param
+        self.headers: dict = {}  # sent with the error (Retry-After, x-ratelimit-*)
 
 
 def bad_request(message: str, code: str = "invalid_request", param: str | None = None) -> RelayError:

@@ -1,7 +1,33 @@
 """Pure cost arithmetic: usage + prices + group rate -> quota units.  No I/O.
 
-cost (USD) = rate * (input * (prompt - cached) + cache * cached + output * completion) / 1e6
-per call   = rate * call_price (times the count, e.g. images)
+A call's tokens are split into disjoint parts, each billed at its own price
+(USD per million tokens), falling back to its parent's when unset:
+
+    input   text (uncached)          input
+            cache read, text         cache            -> input
+            cache write 5 min        cache_write      -> input
+            cache write 1 hour       cache_write_1h   -> cache_write -> input
+            audio (uncached)         audio_input      -> input
+            audio read from cache    audio_cache      -> cache -> audio_input -> input
+            image (uncached)         image_input      -> input
+            image read from cache    image_cache      -> cache -> image_input -> input
+    output  text                     output
+            reasoning                reasoning        -> output
+            audio                    audio_output     -> output
+            image                    image_output     -> output
+
+Counts are inclusive, as the vendors report them: prompt_tokens holds every
+input token (cached, written, audio, image), completion_tokens every output
+token (reasoning, audio, image), cached_tokens every cache read (of which
+cached_audio/image_tokens), audio_input_tokens every audio input token
+(cached or not).  Each token is billed exactly once: a cache write is not
+also billed as input, a cache read never as input.
+
+Tiers (Price.at): past a prompt size the vendor bills every token of the
+call at the tier's prices (Gemini 2.5 Pro, Claude with a 1M context).
+
+    cost (USD) = rate * (sum of part * price) / 1e6  +  rate * unit_price * units
+    per call   = rate * call_price (times the count, e.g. images)
 
 Units are integers: 500,000 per USD.  Arithmetic is exact (Decimal) and the
 result is rounded half-up once, at the end.  A non-zero cost never rounds
@@ -9,7 +35,7 @@ down to nothing: the smallest billable call costs one unit.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from decimal import ROUND_HALF_UP, Decimal
 
 from models.records import QUOTA_PER_USD, Price
@@ -17,7 +43,9 @@ from models.records import QUOTA_PER_USD, Price
 _MILLION = Decimal(1_000_000)
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass of this size costs four times as much to
+# build, on every call; nothing changes a Usage once made (use replace()).
+@dataclass(slots=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -25,6 +53,32 @@ class Usage:
     # Counted units for per-call or per-unit billing (images, seconds, chars).
     units: int = 0
     estimated: bool = False
+    # The parts below are included in the totals above (see the module doc).
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    audio_input_tokens: int = 0
+    cached_audio_tokens: int = 0
+    image_input_tokens: int = 0
+    cached_image_tokens: int = 0
+    reasoning_tokens: int = 0
+    audio_output_tokens: int = 0
+    image_output_tokens: int = 0
+
+    def record(self) -> dict:
+        """The counts as the usage record and its CSV keep them."""
+        return {f: getattr(self, f) for f in USAGE_FIELDS}
+
+    def detailed(self) -> bool:
+        """Whether any part beyond text in (cached or not) and text out is set."""
+        return bool(self.cache_write_5m_tokens or self.cache_write_1h_tokens
+                    or self.audio_input_tokens or self.cached_audio_tokens
+                    or self.image_input_tokens or self.cached_image_tokens
+                    or self.reasoning_tokens or self.audio_output_tokens
+                    or self.image_output_tokens)
+
+
+# The usage record's component columns, in order (handlers/api_log.py, CSV).
+USAGE_FIELDS = tuple(f.name for f in fields(Usage) if f.name != "estimated")
 
 
 def to_units(usd: Decimal) -> int:
@@ -34,13 +88,67 @@ def to_units(usd: Decimal) -> int:
     return max(units, 1)
 
 
+def _first(*prices: Decimal) -> Decimal:
+    for p in prices:
+        if p:
+            return p
+    return Decimal(0)
+
+
+def _n(value: int) -> int:
+    return value if value > 0 else 0
+
+
+def token_parts(usage: Usage, p: Price) -> list[tuple[int, Decimal]]:
+    """(tokens, USD per million) for each disjoint part of the call.
+
+    Parts reported larger than their whole are clamped to it (a vendor's
+    details never make a call cost more than its totals)."""
+    prompt = _n(usage.prompt_tokens)
+    read = min(_n(usage.cached_tokens), prompt)
+    read_audio = min(_n(usage.cached_audio_tokens), read)
+    read_image = min(_n(usage.cached_image_tokens), read - read_audio)
+    left = prompt - read
+    w5 = min(_n(usage.cache_write_5m_tokens), left)
+    w1 = min(_n(usage.cache_write_1h_tokens), left - w5)
+    left -= w5 + w1
+    audio = min(max(_n(usage.audio_input_tokens) - read_audio, 0), left)
+    image = min(max(_n(usage.image_input_tokens) - read_image, 0), left - audio)
+    text = left - audio - image
+
+    out_total = _n(usage.completion_tokens)
+    reasoning = min(_n(usage.reasoning_tokens), out_total)
+    audio_out = min(_n(usage.audio_output_tokens), out_total - reasoning)
+    image_out = min(_n(usage.image_output_tokens), out_total - reasoning - audio_out)
+    text_out = out_total - reasoning - audio_out - image_out
+
+    i = p.input_price
+    return [
+        (text, i),
+        (read - read_audio - read_image, _first(p.cache_price, i)),
+        (w5, _first(p.cache_write_price, i)),
+        (w1, _first(p.cache_write_1h_price, p.cache_write_price, i)),
+        (audio, _first(p.audio_input_price, i)),
+        (read_audio, _first(p.audio_cache_price, p.cache_price, p.audio_input_price, i)),
+        (image, _first(p.image_input_price, i)),
+        (read_image, _first(p.image_cache_price, p.cache_price, p.image_input_price, i)),
+        (text_out, p.output_price),
+        (reasoning, _first(p.reasoning_price, p.output_price)),
+        (audio_out, _first(p.audio_output_price, p.output_price)),
+        (image_out, _first(p.image_output_price, p.output_price)),
+    ]
+
+
 def token_cost_usd(usage: Usage, price: Price, rate: Decimal) -> Decimal:
-    cached = min(max(usage.cached_tokens, 0), max(usage.prompt_tokens, 0))
-    uncached = max(usage.prompt_tokens, 0) - cached
-    # An unset cache price means cached tokens cost what input tokens cost.
-    cache_price = price.cache_price if price.cache_price else price.input_price
-    usd = (price.input_price * uncached + cache_price * cached
-           + price.output_price * max(usage.completion_tokens, 0)) / _MILLION
+    prompt = _n(usage.prompt_tokens)
+    p = price.at(prompt) if price.tiers else price
+    if usage.detailed():
+        usd = sum((pr * n for n, pr in token_parts(usage, p) if n), Decimal(0))
+    else:  # the common case, the same sum with only its first, second and ninth parts
+        cached = min(_n(usage.cached_tokens), prompt)
+        usd = (p.input_price * (prompt - cached) + (p.cache_price or p.input_price) * cached
+               + p.output_price * _n(usage.completion_tokens))
+    usd = usd / _MILLION + p.unit_price * _n(usage.units)
     return usd * rate
 
 
@@ -60,7 +168,8 @@ def cost(usage: Usage, price: Price, rate: Decimal, per_call: bool) -> int:
     key's mode.  A per-call key calling a model with no call price is billed
     per token rather than for free.
     """
-    only_call = price.call_price and not (price.input_price or price.output_price)
+    only_call = price.call_price and not (price.input_price or price.output_price
+                                          or price.unit_price)
     if (per_call and price.call_price) or only_call:
         return call_cost(price, rate, max(usage.units, 1))
     return token_cost(usage, price, rate)

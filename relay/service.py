@@ -2,7 +2,8 @@
 
 1. authenticate the key (from cache)          -> authenticate()
 2. check group, IP allow-list, model lock     -> authenticate(), check_model()
-3. pick channels for (group, model)           -> scheduler.candidates()
+3. pick channels for (group, model)           -> scheduler.candidates(), priced()
+   rate and concurrency limits                -> limits.admit() (relay/limits.py)
 4. reserve the cost                           -> billing.reserve()
 5. convert the request for the vendor         -> adaptor.prepare()
 6. relay the upstream reply                   -> _attempt_stream() / _attempt_plain()
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Protocol
 
@@ -81,6 +82,7 @@ class RelayService:
         self.upstream = upstream
         self.inflight = 0
         self._bound: dict | None = None
+        self.limits = None  # relay/limits.Limiter, installed by it
 
     # ---- 1-2: who is calling, and may they ---------------------------------
     async def authenticate(self, key: str | None, client_ip: str, host: str = "") -> Auth:
@@ -147,13 +149,20 @@ class RelayService:
         raise RelayError(503, f"No available channel for model '{call.model}' in group "
                               f"'{auth.group}'.", "service_unavailable", "model_not_available")
 
-    def price(self, auth: Auth, model: str):
-        price = self.catalog.price(model, auth.group)
-        if price is None:
-            raise RelayError(503, f"The model '{model}' has no price set; an administrator "
-                                  "must set one before it can be used.",
+    def priced(self, auth: Auth, model: str, channels: list) -> tuple[list, dict]:
+        """The channels that can bill the model, and each one's price: an
+        administrator's, else the vendor's from the catalogue for what that
+        channel calls the model.  A channel with neither is skipped."""
+        prices = {}
+        for c in channels:
+            p = self.catalog.price(model, auth.group, c)
+            if p is not None:
+                prices[c.id] = p
+        if not prices:
+            raise RelayError(503, f"The model '{model}' has no price: the vendor's catalogue "
+                                  "does not list it, and no administrator has set one.",
                              "service_unavailable", "model_price_missing")
-        return price
+        return [c for c in channels if c.id in prices], prices
 
     # ---- 4: what to reserve -------------------------------------------------
     def prompt_tokens(self, call: Call) -> int:
@@ -198,11 +207,17 @@ class RelayService:
         calls the handler renders it.  Raises RelayError before anything was
         reserved; after that, errors come back in Outcome.error."""
         self.check_model(auth, call.model)
-        channels = self.channels_for(auth, call)
-        price = self.price(auth, call.model)
+        channels, prices = self.priced(auth, call.model, self.channels_for(auth, call))
+        price = prices[channels[0].id]
         estimate = self.estimate(auth, call, price)
-        res = await self.billing.reserve(call.request_id, auth.user.id, auth.token.id,
-                                         not auth.token.unlimited_quota, estimate)
+        ticket = await self.limits.admit(auth.token, auth.user) if self.limits else None
+        try:
+            res = await self.billing.reserve(call.request_id, auth.user.id, auth.token.id,
+                                             not auth.token.unlimited_quota, estimate)
+        except BaseException:
+            if self.limits:
+                self.limits.done(ticket)
+            raise
         t0 = time.monotonic()
         self.inflight += 1
         outcome = Outcome()
@@ -214,6 +229,10 @@ class RelayService:
                 500, "Internal error.", "server_error", "internal_error")
         finally:
             self.inflight -= 1
+            if self.limits:
+                self.limits.done(ticket, outcome.usage)
+            # Billed at the price of the channel that answered.
+            price = prices.get(getattr(outcome.channel, "id", None), price)
             await self._settle(call, auth, price, res, outcome, t0, cancel)
         return outcome
 
@@ -335,8 +354,7 @@ class RelayService:
                                   if out.streamed_text else self._completion_estimate(out, call),
                                   0, int(call.extra.get("units", 1)), estimated=True)
         if usage is not None and call.extra.get("units") and not usage.units:
-            usage = pricing.Usage(usage.prompt_tokens, usage.completion_tokens,
-                                  usage.cached_tokens, int(call.extra["units"]), usage.estimated)
+            usage = replace(usage, units=int(call.extra["units"]))
         cost = 0
         if delivered and usage is not None:
             cost = pricing.cost(usage, price, auth.rate, auth.token.billing_mode == "per_call")
@@ -351,10 +369,7 @@ class RelayService:
             "token_id": auth.token.id, "token_name": auth.token.name, "group": auth.group,
             "model": call.model, "upstream_model": call.upstream_model,
             "channel_id": getattr(ch, "id", None), "endpoint": call.endpoint, "face": call.face,
-            "prompt_tokens": usage.prompt_tokens if usage else 0,
-            "completion_tokens": usage.completion_tokens if usage else 0,
-            "cached_tokens": usage.cached_tokens if usage else 0,
-            "units": usage.units if usage else 0,
+            **(usage or pricing.Usage()).record(),  # every component, for invoices
             "quota": charged, "estimated": bool(usage and usage.estimated),
             "duration_ms": int((time.monotonic() - t0) * 1000), "ttfb_ms": int(out.ttfb * 1000),
             "status": status, "stream": call.stream, "client_ip": auth.client_ip,

@@ -85,6 +85,8 @@ def test_create_key_with_group_allow_list_and_model_lock(relay, env, b):
     b.find("#k-lock").click()
     b.wait(lambda d: len(b.all("#k-models-list input")) == 2, what="models of the group")
     b.find("#k-models-list input[value='gpt-4o-mini']").click()
+    b.type("#k-rpm", "60")
+    b.type("#k-conc", "4")
     b.screenshot("key-form")
     b.click("#key-save")
     created = b.visible("#key-created-value")
@@ -99,6 +101,7 @@ def test_create_key_with_group_allow_list_and_model_lock(relay, env, b):
     tok = [k for k in env["api"].get("/api/token/")["data"]["items"] if k["name"] == "browser-key"][0]
     assert tok["group"] == "vip" and tok["model_limits_enabled"] and tok["model_limits"] == "gpt-4o-mini"
     assert tok["allow_ips"] == "127.0.0.1\n10.0.0.0/8\n::1" and tok["unlimited_quota"]
+    assert (tok["rpm_limit"], tok["tpm_limit"], tok["concurrency_limit"]) == (60, 0, 4)
     b.screenshot("keys")
     no_script_errors(b)
 

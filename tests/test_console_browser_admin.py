@@ -48,7 +48,8 @@ def test_admin_adds_a_channel_and_a_price(relay, admin, admin_b, upstream):
     br.type("#p-output", "1.6")
     br.click("#price-save")
     br.wait(lambda d: [r for r in br.all("#prices-table tbody tr")
-                       if r.get_attribute("data-model") == "gpt-4.1-mini"], what="price row")
+                       if r.get_attribute("data-model") == "gpt-4.1-mini"
+                       and r.get_attribute("data-source") == "override"], what="price row")
     price = [p for p in admin.get("/api/price/")["data"] if p["model"] == "gpt-4.1-mini"][0]
     assert price["input_price"] == 0.4 and price["output_price"] == 1.6
     br.screenshot("admin-prices")

@@ -146,7 +146,8 @@ def test_anthropic_answers_both_ways():
 
 def test_anthropic_usage():
     assert ac.usage_from({"input_tokens": 10, "output_tokens": 4, "cache_read_input_tokens": 6,
-                          "cache_creation_input_tokens": 2}) == Usage(18, 4, 6)
+                          "cache_creation_input_tokens": 2}) == Usage(18, 4, 6,
+                                                                      cache_write_5m_tokens=2)
     assert ac.usage_from(None) is None
 
 

@@ -114,7 +114,7 @@ def test_gemini_answers_both_ways():
     assert o["choices"][0]["message"]["reasoning_content"] == "why"
     assert o["choices"][0]["finish_reason"] == "length"
     assert o["usage"]["prompt_tokens"] == 9 and o["usage"]["completion_tokens"] == 5
-    assert gc.usage_from(resp["usageMetadata"]) == Usage(9, 5, 4)
+    assert gc.usage_from(resp["usageMetadata"]) == Usage(9, 5, 4, reasoning_tokens=3)
     blocked = gc.response_to_openai({"promptFeedback": {"blockReason": "SAFETY"}}, "p")
     assert blocked["choices"][0]["finish_reason"] == "content_filter"
     calls = gc.response_to_openai({"candidates": [{"content": {"parts": [

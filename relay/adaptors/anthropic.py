@@ -17,6 +17,7 @@ converted calls that name none (Anthropic requires one; default 4096);
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from relay import tokenizer
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
@@ -51,7 +52,7 @@ class AnthropicStream(StreamReader):
         if u is None or self.conv.final:
             return u
         out = max(u.completion_tokens, tokenizer.count_text(self.text, self.conv.model))
-        return Usage(u.prompt_tokens, out, u.cached_tokens, estimated=True)
+        return replace(u, completion_tokens=out, estimated=True)
 
     @usage.setter
     def usage(self, value) -> None:

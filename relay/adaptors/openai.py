@@ -26,6 +26,7 @@ from relay.adaptors import openai_responses as wire
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
                                  cap_output_tokens, generic_error, join_url)
 from relay.convert import responses_upstream as rconv
+from relay.convert.openai_usage import usage_from
 from relay.errors import RelayError
 from relay.pricing import Usage
 
@@ -43,23 +44,6 @@ REASONING = re.compile(r"^(o\d|gpt-5)")
 O_SERIES = re.compile(r"^o\d")
 # The first o1 models reject the system role outright.
 NO_SYSTEM = re.compile(r"^o1(-mini|-preview)?(-\d{4}-\d{2}-\d{2})?$")
-
-
-def usage_from(doc: dict | None) -> Usage | None:
-    if not isinstance(doc, dict):
-        return None
-    if doc.get("type") == "duration":  # transcriptions billed by time
-        return Usage(units=math.ceil(float(doc.get("seconds") or 0)))
-    if "input_tokens" in doc and "prompt_tokens" not in doc:
-        # images and transcriptions report input/output tokens
-        details = doc.get("input_tokens_details") or doc.get("input_token_details") or {}
-        return Usage(prompt_tokens=int(doc.get("input_tokens") or 0),
-                     completion_tokens=int(doc.get("output_tokens") or 0),
-                     cached_tokens=int((details or {}).get("cached_tokens") or 0))
-    details = doc.get("prompt_tokens_details") or {}
-    return Usage(prompt_tokens=int(doc.get("prompt_tokens") or 0),
-                 completion_tokens=int(doc.get("completion_tokens") or 0),
-                 cached_tokens=int((details or {}).get("cached_tokens") or 0))
 
 
 def transcript_usage(call: Call, body: bytes) -> tuple[dict, Usage | None]:

@@ -27,15 +27,25 @@ FINISH_TO_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "too
 
 # ---- usage -----------------------------------------------------------------
 def usage_from(u: dict | None) -> Usage | None:
-    """Anthropic usage -> ours.  Anthropic's input_tokens excludes the cached
-    and the cache-written tokens, which are input all the same: the prompt
-    is their sum, and cached_tokens the part read from cache."""
+    """Anthropic usage -> ours.  Anthropic's input_tokens excludes the tokens
+    read from and written to the cache, which are input all the same: the
+    prompt is their sum, cached_tokens the part read, and the writes are
+    split by lifetime (`cache_creation`: ephemeral_5m/1h_input_tokens; a
+    write without the split is a 5-minute one, the default).  Each token is
+    billed once: a write at the write price only, a read at the read price."""
     if not isinstance(u, dict):
         return None
-    read = int(u.get("cache_read_input_tokens") or 0)
-    written = int(u.get("cache_creation_input_tokens") or 0)
-    return Usage(prompt_tokens=int(u.get("input_tokens") or 0) + read + written,
-                 completion_tokens=int(u.get("output_tokens") or 0), cached_tokens=read)
+
+    def n(d, key) -> int:
+        v = d.get(key) if isinstance(d, dict) else None
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0
+
+    read, written = n(u, "cache_read_input_tokens"), n(u, "cache_creation_input_tokens")
+    split = u.get("cache_creation")
+    w1h = min(n(split, "ephemeral_1h_input_tokens"), written)
+    return Usage(prompt_tokens=n(u, "input_tokens") + read + written,
+                 completion_tokens=n(u, "output_tokens"), cached_tokens=read,
+                 cache_write_5m_tokens=written - w1h, cache_write_1h_tokens=w1h)
 
 
 def usage_to(prompt: int, completion: int, cached: int = 0) -> dict:

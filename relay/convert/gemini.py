@@ -31,15 +31,46 @@ NO_SIGNATURE = "skip_thought_signature_validator"
 
 
 # ---- usage -----------------------------------------------------------------
+# MediaModality, also as the numbers of enum-encoding=int.
+_MODALITY = {1: "TEXT", 2: "IMAGE", 3: "VIDEO", 4: "AUDIO", 5: "DOCUMENT"}
+
+
 def usage_from(meta: dict | None) -> Usage | None:
     """usageMetadata -> ours.  promptTokenCount already includes the cached
-    tokens; thinking tokens are billed as output, as Google bills them."""
+    tokens (cachedContentTokenCount); thinking tokens (thoughtsTokenCount)
+    come on top of candidatesTokenCount and are billed as output, as Google
+    bills them.  The per-modality details (promptTokensDetails,
+    cacheTokensDetails, candidatesTokensDetails) give the audio and image
+    parts, which some models price apart; video and documents are billed
+    as text input."""
     if not isinstance(meta, dict) or not meta:
         return None
-    prompt = int(meta.get("promptTokenCount") or 0) + int(meta.get("toolUsePromptTokenCount") or 0)
-    out = int(meta.get("candidatesTokenCount") or 0) + int(meta.get("thoughtsTokenCount") or 0)
-    return Usage(prompt_tokens=prompt, completion_tokens=out,
-                 cached_tokens=int(meta.get("cachedContentTokenCount") or 0))
+
+    def n(v) -> int:
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0
+
+    def by_modality(key: str) -> dict:
+        out: dict = {}
+        for d in meta.get(key) or ():
+            if isinstance(d, dict):
+                m = d.get("modality")
+                m = _MODALITY.get(m, "") if isinstance(m, int) else str(m or "").upper()
+                out[m] = out.get(m, 0) + n(d.get("tokenCount"))
+        return out
+
+    prompt = n(meta.get("promptTokenCount")) + n(meta.get("toolUsePromptTokenCount"))
+    thoughts = n(meta.get("thoughtsTokenCount"))
+    inp = by_modality("promptTokensDetails")
+    tool = by_modality("toolUsePromptTokensDetails")
+    cached = by_modality("cacheTokensDetails")
+    out = by_modality("candidatesTokensDetails")
+    return Usage(prompt_tokens=prompt, completion_tokens=n(meta.get("candidatesTokenCount")) + thoughts,
+                 cached_tokens=n(meta.get("cachedContentTokenCount")), reasoning_tokens=thoughts,
+                 audio_input_tokens=inp.get("AUDIO", 0) + tool.get("AUDIO", 0),
+                 image_input_tokens=inp.get("IMAGE", 0) + tool.get("IMAGE", 0),
+                 cached_audio_tokens=cached.get("AUDIO", 0),
+                 cached_image_tokens=cached.get("IMAGE", 0),
+                 audio_output_tokens=out.get("AUDIO", 0), image_output_tokens=out.get("IMAGE", 0))
 
 
 def usage_meta(u: dict | None) -> dict:

@@ -19,6 +19,7 @@ import re
 import time
 from typing import Any
 
+from relay.convert import openai_usage
 from relay.convert.common import new_id, text_of
 from relay.errors import bad_request
 from relay.pricing import Usage
@@ -49,20 +50,11 @@ NS_SEP = "__"  # namespace tools are flattened to "<namespace>__<name>" for chat
 # ---- usage -----------------------------------------------------------------
 def usage_from(u: Any) -> Usage | None:
     """The Responses usage object (response.completed, .incomplete, .failed,
-    a whole response, a compaction) -> ours.  One place, so that new fields
-    (reasoning tokens) are added here once."""
-    if not isinstance(u, dict):
-        return None
-    cached = int((u.get("input_tokens_details") or {}).get("cached_tokens") or 0)
-    reasoning = int((u.get("output_tokens_details") or {}).get("reasoning_tokens") or 0)
-    fields = {"prompt_tokens": int(u.get("input_tokens") or 0),
-              "completion_tokens": int(u.get("output_tokens") or 0), "cached_tokens": cached}
-    if "reasoning_tokens" in _USAGE_FIELDS:  # output_tokens already include them
-        fields["reasoning_tokens"] = reasoning
-    return Usage(**fields)
+    a whole response, a compaction) -> ours, every component read by the
+    one OpenAI usage reader."""
+    return openai_usage.usage_from(u) if isinstance(u, dict) else None
 
 
-_USAGE_FIELDS = {f.name for f in dataclasses.fields(Usage)}
 
 
 def usage_doc(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict:

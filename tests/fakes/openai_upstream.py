@@ -18,6 +18,7 @@ channels that behave differently: a channel whose base_url is
 
 The request body may steer the answer (the relay passes unknown fields on):
     fake_usage   {"prompt_tokens", "completion_tokens", "cached_tokens"}
+    fake_usage_doc  the usage object to answer with, as it is (every detail field)
     fake_chunks  how many content chunks to stream (default 3)
     fake_delay   seconds between chunks (default 0)
     fake_text    the reply text (default "Hello from the fake upstream.")
@@ -122,6 +123,8 @@ class ChatHandler(_Base):
                      "completion_tokens": usage["completion_tokens"],
                      "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
                      "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]}}
+        if isinstance(b.get("fake_usage_doc"), dict):  # a whole usage object, details and all
+            usage_doc = b["fake_usage_doc"]
         cid = f"chatcmpl-fake{int(time.time() * 1000)}"
         tool_call = None
         if turn.kind == "tool":

@@ -1,5 +1,5 @@
 import { t } from '../i18n.js';
-import { get, post } from '../api.js';
+import { get, post, put } from '../api.js';
 import { boot, user as me } from '../common.js';
 import { $, el, credits, toUnits, fillRows, showError, showOk, openDialog, toast, copyText } from '../ui.js';
 
@@ -13,6 +13,7 @@ function row(u) {
     el('td', {}, u.status === 1 ? t('keys.enabled') : t('keys.disabled')),
     el('td', { class: 'actions' },
       el('button', { class: 'small adjust', onclick: () => adjust(u) }, t('admin.adjust')),
+      el('button', { class: 'small secondary limits', onclick: () => limits(u) }, t('keys.limits')),
       el('button', { class: 'small secondary', onclick: () => manage(u, u.status === 1 ? 'disable' : 'enable') },
         u.status === 1 ? t('keys.disable') : t('keys.enable')),
       // One's own password is changed on the Account page, with the current one.
@@ -67,5 +68,24 @@ $('#adjust-form').addEventListener('submit', async (ev) => {
   } catch (e) { showError(status, e); }
 });
 dlg.querySelector('.close').addEventListener('click', () => dlg.close());
+
+// The account's own rate limits (relay/limits.py), over all its keys.
+const LIMITS = ['rpm_limit', 'tpm_limit', 'concurrency_limit'];
+const ldlg = $('#limits-dialog');
+function limits(u) {
+  const f = $('#limits-form');
+  f.elements.id.value = u.id;
+  for (const k of LIMITS) f.elements[k].value = u[k] || 0;
+  $('#limits-status').textContent = '';
+  openDialog(ldlg);
+}
+$('#limits-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const f = ev.target;
+  const body = { id: Number(f.elements.id.value) };
+  for (const k of LIMITS) body[k] = Number(f.elements[k].value || 0);
+  try { await put('/api/user/', body); ldlg.close(); toast(t('common.saved')); await load(); } catch (e) { showError($('#limits-status'), e); }
+});
+ldlg.querySelector('.close').addEventListener('click', () => ldlg.close());
 $('#u-search').addEventListener('input', () => { clearTimeout(window.__s); window.__s = setTimeout(() => load().catch((e) => showError(null, e)), 300); });
 load().catch((e) => showError(null, e));

@@ -94,6 +94,9 @@ function toLocalInput(ts) {
   return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
 }
 
+// Requests and tokens per minute, calls at once; 0 = no limit (relay/limits.py).
+const LIMITS = ['rpm_limit', 'tpm_limit', 'concurrency_limit'];
+
 async function edit(k) {
   form.reset();
   $('#key-form-status').textContent = '';
@@ -108,6 +111,7 @@ async function edit(k) {
   $('#k-lock').checked = k ? k.model_limits_enabled : false;
   $('#k-billing').value = k ? k.billing_mode : 'per_token';
   $('#k-expiry').value = k ? toLocalInput(k.expired_time) : '';
+  for (const f of LIMITS) form.elements[f].value = k ? k[f] || 0 : 0;
   $('#key-dialog-title').textContent = k ? t('keys.edit_title', { name: k.name }) : t('keys.form_title');
   groupInfo();
   syncSwitches();
@@ -142,6 +146,7 @@ form.addEventListener('submit', async (ev) => {
     allow_ips: checkAllowList($('#k-ips').value).items.join('\n'),
     model_limits_enabled: lock, model_limits: models,
     billing_mode: $('#k-billing').value, expired_time: expired,
+    ...Object.fromEntries(LIMITS.map((f) => [f, Number(form.elements[f].value || 0)])),
   };
   const id = form.elements.id.value;
   // Setting the remaining quota of a key in use to what the form showed

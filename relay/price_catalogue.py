@@ -1,0 +1,126 @@
+"""Vendor prices out of the box, from the `genai-prices` package (pydantic's
+catalogue of official prices).
+
+Which catalogue entry prices a channel's model:
+- the provider comes from the channel type: openai -> openai, azure -> azure
+  (which falls back to OpenAI's models), anthropic -> anthropic, gemini ->
+  google; midjourney has no catalogue (its actions are priced by an admin);
+- the model is the upstream model name, after the channel's model mapping
+  (what the vendor bills), tried as it is, then without a "vendor/" prefix
+  (aggregators' names such as "openai/gpt-4o");
+- when that provider does not list the model, the catalogue's own matching
+  by model name picks one (a Claude model behind an OpenAI-compatible
+  channel is billed at Anthropic's price).
+The default (standard) tier is used: batch, flex and priority variants are
+not, and neither are prices that are not per token, second, character or
+request of the kinds below (web searches, video, pages).
+
+Nothing is copied into the database: a price is resolved when first asked
+for and cached in memory (an hour, so that dated price changes in the
+catalogue take effect), so upgrading the package updates every price that
+no administrator has overridden.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from cachetools import TTLCache
+
+from models.records import Price
+
+log = logging.getLogger("relay.prices")
+
+try:
+    import genai_prices
+    from genai_prices import data_snapshot
+    from genai_prices.types import TieredPrices
+    VERSION = genai_prices.__version__
+except ImportError:  # the relay still runs; every model then needs an admin price
+    genai_prices = None
+    VERSION = ""
+
+PACKAGE = "genai-prices"
+PROVIDERS = {"openai": "openai", "azure": "azure", "anthropic": "anthropic",
+             "gemini": "google"}
+# catalogue price key -> (our component, divisor to USD per our unit)
+_KEYS = {
+    "input_mtok": ("input_price", 1), "output_mtok": ("output_price", 1),
+    "cache_read_mtok": ("cache_price", 1),
+    "cache_write_mtok": ("cache_write_price", 1),
+    "cache_write_5m_mtok": ("cache_write_price", 1),
+    "cache_write_1h_mtok": ("cache_write_1h_price", 1),
+    "input_audio_mtok": ("audio_input_price", 1), "output_audio_mtok": ("audio_output_price", 1),
+    "cache_audio_read_mtok": ("audio_cache_price", 1),
+    "input_image_mtok": ("image_input_price", 1), "output_image_mtok": ("image_output_price", 1),
+    "cache_image_read_mtok": ("image_cache_price", 1),
+    "output_reasoning_mtok": ("reasoning_price", 1),
+    # per unit: our units are seconds of audio and characters of speech
+    "audio_hours": ("unit_price", 3600), "input_audio_hours": ("unit_price", 3600),
+    "input_mchars": ("unit_price", 1_000_000),
+}
+# The more specific key wins when an entry has both.
+_SPECIFIC = {"cache_write_5m_mtok", "input_audio_hours"}
+
+_cache: TTLCache = TTLCache(maxsize=20_000, ttl=3600)
+_MISS = object()
+
+
+def lookup(channel_type: str, model: str) -> Price | None:
+    """The catalogue's price for `model` served by a channel of this type,
+    or None when the catalogue has none.  Never raises; cached."""
+    key = (channel_type, model)
+    hit = _cache.get(key, _MISS)
+    if hit is _MISS:
+        try:
+            hit = _resolve(channel_type, model)
+        except Exception:  # a catalogue bug must not take the relay down
+            log.exception("price catalogue lookup failed for %s %s", channel_type, model)
+            hit = None
+        _cache[key] = hit
+    return hit
+
+
+def clear() -> None:
+    _cache.clear()
+
+
+def _resolve(channel_type: str, model: str) -> Price | None:
+    provider_id = PROVIDERS.get(channel_type)
+    if genai_prices is None or provider_id is None or not model:
+        return None
+    snap = data_snapshot.get_snapshot()
+    names = [model] + ([model.split("/", 1)[1]] if "/" in model else [])
+    for name in names:
+        for pid in (provider_id, None):
+            try:
+                provider, info = snap.find_provider_model(name, None, pid, None)
+            except LookupError:
+                continue
+            price = from_model_price(info.get_prices(datetime.now(tz=UTC)), model)
+            if price is not None:
+                return replace(price, ref=f"{provider.id}/{info.id}")
+    return None
+
+
+def from_model_price(mp, model: str) -> Price | None:
+    """A genai-prices ModelPrice -> our Price (source "catalogue")."""
+    values: dict[str, Decimal] = {}
+    tiers: dict[int, dict[str, Decimal]] = {}
+    items = sorted(((k, v) for k, v in vars(mp).items() if v is not None and k in _KEYS),
+                   key=lambda kv: kv[0] in _SPECIFIC)
+    for key, value in items:
+        name, per = _KEYS[key]
+        if isinstance(value, TieredPrices):
+            values[name] = Decimal(value.base) / per
+            if per == 1:
+                for tier in value.tiers:
+                    tiers.setdefault(int(tier.start), {})[name] = Decimal(tier.price)
+        else:
+            values[name] = Decimal(value) / per
+    if not any(values.values()):
+        return None
+    return Price(model=model, group="", **values,
+                 tiers=tuple(sorted(tiers.items())), source="catalogue")
