@@ -7,8 +7,8 @@ import time
 from decimal import Decimal
 
 from handlers.api_user import _int, paged
-from handlers.base import ApiError, ApiHandler
-from models.records import to_decimal
+from handlers.base import ApiError, ApiHandler, ident
+from models.records import MAX_QUOTA, to_decimal
 from models.secrets import mask
 from models.store import DuplicateKeyError, now
 from relay import registry
@@ -16,10 +16,15 @@ from relay.adaptors.base import Call
 
 
 def _dec(value, name: str) -> str:
+    if isinstance(value, str) and len(value) > 40:
+        raise ApiError(400, f"{name} must be a number.")
     try:
-        return str(to_decimal(value, name))
+        d = to_decimal(value, name)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
+    if d > 10 ** 9 or d.as_tuple().exponent < -12:
+        raise ApiError(400, f"{name} must be at most 1,000,000,000 with at most 12 decimals.")
+    return str(d)
 
 
 def _num(s) -> float | int:
@@ -189,7 +194,7 @@ def channel_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
         out["groups"] = groups
     for f in ("priority", "weight"):
         if f in body:
-            out[f] = _int(body[f], f)
+            out[f] = _int(body[f], f, -10 ** 9, 10 ** 9)
     if out.get("weight", 1) < 0:
         raise ApiError(400, "weight cannot be negative.")
     if "model_mapping" in body:
@@ -231,7 +236,7 @@ class ChannelsHandler(ApiHandler):
         body = self.body_json()
         fields = channel_fields(self, body, creating=False)
         doc = await self.store.db.channels.find_one_and_update(
-            {"_id": _int(body.get("id"), "id")}, {"$set": fields}, return_document=True)
+            {"_id": ident(body.get("id"))}, {"$set": fields}, return_document=True)
         if doc is None:
             raise ApiError(404, f"No channel with id {body.get('id')}.")
         await self.ctx["catalog"].changed("channel", doc["_id"])
@@ -239,35 +244,36 @@ class ChannelsHandler(ApiHandler):
 
 
 class ChannelHandler(ChannelsHandler):
-    async def get(self, ident: str) -> None:
+    async def get(self, cid: str) -> None:
         self.require_admin()
-        doc = await self.store.db.channels.find_one({"_id": int(ident)})
+        doc = await self.store.db.channels.find_one({"_id": ident(cid)})
         if doc is None:
-            raise ApiError(404, f"No channel with id {ident}.")
+            raise ApiError(404, f"No channel with id {cid}.")
         self.ok(channel_view(self, doc))
 
-    async def delete(self, ident: str) -> None:
+    async def delete(self, cid: str) -> None:
         self.require_admin()
-        r = await self.store.db.channels.delete_one({"_id": int(ident)})
+        r = await self.store.db.channels.delete_one({"_id": ident(cid)})
         if not r.deleted_count:
-            raise ApiError(404, f"No channel with id {ident}.")
-        await self.ctx["catalog"].changed("channel", int(ident))
+            raise ApiError(404, f"No channel with id {cid}.")
+        await self.ctx["catalog"].changed("channel", ident(cid))
         self.ok(None, "Channel deleted.")
 
 
 class ChannelTestHandler(ApiHandler):
     """Send a one-token chat call through the channel and report the result."""
 
-    async def post(self, ident: str) -> None:
+    async def post(self, raw_id: str) -> None:
         self.require_admin()
         catalog = self.ctx["catalog"]
-        chan = next((c for c in catalog.channels if c.id == int(ident)), None)
+        cid = ident(raw_id)
+        chan = next((c for c in catalog.channels if c.id == cid), None)
         if chan is None:
-            doc = await self.store.db.channels.find_one({"_id": int(ident)})
+            doc = await self.store.db.channels.find_one({"_id": cid})
             if doc is None:
-                raise ApiError(404, f"No channel with id {ident}.")
+                raise ApiError(404, f"No channel with id {cid}.")
             await catalog.reload_channels()
-            chan = next((c for c in catalog.channels if c.id == int(ident)), None)
+            chan = next((c for c in catalog.channels if c.id == cid), None)
         body = self.body_json()
         model = body.get("model") or (chan.models[0] if chan and chan.models else "")
         if chan is None or not model:
@@ -308,7 +314,7 @@ class RedemptionsHandler(ApiHandler):
     async def post(self) -> None:
         self.require_admin()
         body = self.body_json()
-        quota = _int(body.get("quota"), "quota")
+        quota = _int(body.get("quota"), "quota", -MAX_QUOTA, MAX_QUOTA)
         count = _int(body.get("count", 1), "count")
         if quota <= 0:
             raise ApiError(400, "quota must be a positive whole number of units.")
@@ -326,11 +332,11 @@ class RedemptionsHandler(ApiHandler):
 
 
 class RedemptionHandler(RedemptionsHandler):
-    async def delete(self, ident: str) -> None:
+    async def delete(self, rid: str) -> None:
         self.require_admin()
-        r = await self.store.db.redemptions.delete_one({"_id": int(ident), "status": 1})
+        r = await self.store.db.redemptions.delete_one({"_id": ident(rid), "status": 1})
         if not r.deleted_count:
-            raise ApiError(404, f"No unused code with id {ident}.")
+            raise ApiError(404, f"No unused code with id {rid}.")
         self.ok(None, "Code deleted.")
 
 

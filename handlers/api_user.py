@@ -7,10 +7,12 @@ import time
 
 from cachetools import TTLCache
 
-from handlers.base import ApiError, ApiHandler
+from handlers.base import ApiError, ApiHandler, ident
 from models.passwords import hash_password, needs_update, password_problem, verify_password
-from models.records import ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER_ENABLED
+from models.records import (MAX_QUOTA, ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED,
+                            USER_ENABLED)
 from models.store import DuplicateKeyError, now
+from relay import jsonin
 from relay.billing import USER
 
 # Failed sign-ins allowed per 10 minutes: per (address, name), and per
@@ -196,11 +198,12 @@ class TopupHandler(ApiHandler):
 
 # ---- admin ----------------------------------------------------------------
 def page_args(handler: ApiHandler) -> tuple[int, int]:
-    try:
-        p = int(handler.get_argument("p", "1"))
-        size = int(handler.get_argument("size", handler.get_argument("page_size", "20")))
-    except ValueError:
-        raise ApiError(400, "p and size must be whole numbers.") from None
+    """p (from 1) and size (1-200); out-of-range small values are clamped as
+    new-api clients expect, values no page could have are refused."""
+    p = handler.int_arg("p", 1, -10 ** 9, 10 ** 9)
+    size = handler.int_arg("size", None, -10 ** 9, 10 ** 9)
+    if size is None:
+        size = handler.int_arg("page_size", 20, -10 ** 9, 10 ** 9)
     return max(p, 1), min(max(size, 1), 200)
 
 
@@ -216,7 +219,7 @@ class UsersHandler(ApiHandler):
     async def get(self) -> None:
         self.require_admin()
         flt: dict = {}
-        kw = self.get_argument("keyword", "").strip()
+        kw = self.str_arg("keyword", max_len=200).strip()
         if kw:
             rx = {"$regex": re.escape(kw), "$options": "i"}
             flt = {"$or": [{"username": rx}, {"email": rx}]}
@@ -226,7 +229,7 @@ class UsersHandler(ApiHandler):
         admin = self.require_admin()
         body = self.body_json()
         fields = validate_new_user(body, self.ctx["catalog"].groups)
-        role = int(body.get("role") or ROLE_USER)
+        role = _int(body.get("role") or ROLE_USER, "role")
         if role not in (ROLE_USER, ROLE_ADMIN) or (role >= ROLE_ADMIN and admin["role"] < ROLE_ROOT):
             raise ApiError(403, "Only root can create administrators.")
         doc = await insert_user(self, fields, role)
@@ -263,36 +266,36 @@ class UsersHandler(ApiHandler):
         if update:
             await self.store.db.users.update_one({"_id": target["_id"]}, {"$set": update})
         if "quota" in body:
-            await self.ctx["billing"].set_remaining(USER, target["_id"], _int(body["quota"], "quota"))
+            await self.ctx["billing"].set_remaining(USER, target["_id"],
+                                                    _int(body["quota"], "quota", 0, MAX_QUOTA))
         await self.ctx["catalog"].changed("user", target["_id"])
         doc = await self.store.db.users.find_one({"_id": target["_id"]})
         self.ok(user_view(self, doc), "Saved.")
 
-    async def _target(self, admin: dict, ident) -> dict:
-        try:
-            ident = int(ident)
-        except (TypeError, ValueError):
-            raise ApiError(400, "Give the user's id.") from None
-        doc = await self.store.db.users.find_one({"_id": ident})
+    async def _target(self, admin: dict, raw) -> dict:
+        if raw is None:
+            raise ApiError(400, "Give the user's id.")
+        uid = ident(raw)
+        doc = await self.store.db.users.find_one({"_id": uid})
         if doc is None:
-            raise ApiError(404, f"No user with id {ident}.")
+            raise ApiError(404, f"No user with id {uid}.")
         if doc.get("role", 0) >= admin.get("role", 0) and doc["_id"] != admin["_id"]:
             raise ApiError(403, "You cannot change a user of your own rank or higher.")
         return doc
 
 
 class UserHandler(UsersHandler):
-    async def get(self, ident: str) -> None:
+    async def get(self, uid: str) -> None:
         self.require_admin()
-        doc = await self.store.db.users.find_one({"_id": int(ident)})
+        doc = await self.store.db.users.find_one({"_id": ident(uid)})
         if doc is None:
-            raise ApiError(404, f"No user with id {ident}.")
+            raise ApiError(404, f"No user with id {uid}.")
         self.ok(user_view(self, doc))
 
-    async def delete(self, ident: str) -> None:
+    async def delete(self, uid: str) -> None:
         """Disabling, not deleting: usage records keep pointing at the user."""
         admin = self.require_admin()
-        target = await self._target(admin, ident)
+        target = await self._target(admin, uid)
         await self.store.db.users.update_one({"_id": target["_id"]},
                                              {"$set": {"status": USER_DISABLED}})
         await self.ctx["catalog"].changed("user", target["_id"])
@@ -322,18 +325,18 @@ class ManageUserHandler(UsersHandler):
 class AdjustQuotaHandler(UsersHandler):
     """Add or remove balance with a reason; kept in the ledger."""
 
-    async def post(self, ident: str) -> None:
+    async def post(self, uid: str) -> None:
         admin = self.require_admin()
         body = self.body_json()
-        amount = _int(body.get("amount"), "amount")
+        amount = _int(body.get("amount"), "amount", -MAX_QUOTA, MAX_QUOTA)
         reason = str(body.get("reason") or "").strip()
         if not amount:
             raise ApiError(400, "amount must be a non-zero whole number of quota units.")
         if not reason:
             raise ApiError(400, "Give a reason for the adjustment.")
-        target = await self.store.db.users.find_one({"_id": int(ident)})
+        target = await self.store.db.users.find_one({"_id": ident(uid)})
         if target is None:
-            raise ApiError(404, f"No user with id {ident}.")
+            raise ApiError(404, f"No user with id {uid}.")
         ok = await self.ctx["billing"].credit(
             USER, target["_id"], amount, f"admin {admin['username']}: {reason}",
             ledger_id=f"adjust:{target['_id']}:{time.time_ns()}")
@@ -343,16 +346,9 @@ class AdjustQuotaHandler(UsersHandler):
         self.ok(user_view(self, doc), "Balance adjusted.")
 
 
-def _int(value, name: str) -> int:
-    if isinstance(value, bool):
-        raise ApiError(400, f"{name} must be a whole number.")
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ApiError(400, f"{name} must be a whole number.") from None
-    if f != int(f):
-        raise ApiError(400, f"{name} must be a whole number.")
-    return int(f)
+def _int(value, name: str, lo: int = jsonin.INT64_MIN, hi: int = jsonin.INT64_MAX) -> int:
+    """A whole-number field (relay/jsonin.whole; BadInput is a 400 naming it)."""
+    return jsonin.whole(value, name, lo, hi)
 
 
 default_handlers = [

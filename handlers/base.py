@@ -5,6 +5,7 @@ billing, service, bus, vault, settings), never from module globals.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
@@ -16,6 +17,7 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 
 from models.records import ROLE_ADMIN, USER_ENABLED
+from relay import jsonin
 from relay.errors import RelayError, render
 from relay.upstream import Cancel
 
@@ -24,6 +26,64 @@ log = logging.getLogger("relay.handlers")
 SESSION_COOKIE = "session"
 CSRF_HEADER = "X-CSRF-Token"
 UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
+# /api bodies are small JSON documents; a bigger one is read and dropped (up
+# to four times this, so that the client reads our 413 rather than a reset)
+# and answered with 413.
+API_MAX_BODY_MB = 8
+API_MAX_BODY = API_MAX_BODY_MB * 1024 * 1024
+
+
+class TracebackLimiter:
+    """Real bugs log a traceback; the same bug hit again within `window`
+    seconds logs one line, so that a client replaying a bad request cannot
+    fill the disk.  At most `burst` tracebacks per window in all."""
+
+    def __init__(self, window: float = 60.0, burst: int = 10):
+        self.window = window
+        self.burst = burst
+        self._seen: dict[tuple, float] = {}
+        self._start = 0.0
+        self._count = 0
+
+    def allow(self, typ, tb) -> bool:
+        now = time.monotonic()
+        if now - self._start > self.window:
+            self._start, self._count = now, 0
+            self._seen = {k: t for k, t in self._seen.items() if now - t < self.window}
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = (typ, tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else (typ,)
+        if now - self._seen.get(where, -1e9) < self.window or self._count >= self.burst:
+            return False
+        self._seen[where] = now
+        self._count += 1
+        return True
+
+
+tracebacks = TracebackLimiter()
+
+
+def log_unexpected(handler, value, tb) -> None:
+    """One uncaught exception: a traceback if the limiter allows, else a line."""
+    what = f"{handler.request.method} {handler.request.path} ({handler.request_id})"
+    if tracebacks.allow(type(value), tb):
+        log.error("unexpected error in %s", what, exc_info=(type(value), value, tb))
+    else:
+        log.error("unexpected error in %s: %s: %s (traceback logged recently)", what,
+                  type(value).__name__, str(value)[:200])
+
+
+def ident(value, field: str = "id") -> int:
+    """A record id from a path or a body: a whole number MongoDB can hold."""
+    return jsonin.whole(value, field, 0, jsonin.INT64_MAX)
+
+
+def is_client_error(value) -> bool:
+    if isinstance(value, (ApiError, RelayError)):
+        return value.status < 500
+    if isinstance(value, jsonin.BadInput):
+        return True
+    return isinstance(value, tornado.web.HTTPError) and value.status_code < 500
 
 
 def new_request_id() -> str:
@@ -79,11 +139,60 @@ class Base(tornado.web.RequestHandler):
         # Tornado's own check is replaced per family below.
         return None
 
+    def log_exception(self, typ, value, tb) -> None:
+        # A client's mistake is already one line in the access log.
+        if not is_client_error(value):
+            log_unexpected(self, value, tb)
 
+
+def _refuse_oversized(method):
+    """Wraps each HTTP method of an ApiHandler: a body over the limit was
+    read and dropped, and gets 413 before the handler sees anything."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self._oversized:
+            raise ApiError(413, f"The request body is larger than the limit of "
+                                f"{API_MAX_BODY_MB} MB for /api.")
+        return method(self, *args, **kwargs)
+    wrapper._sized = True
+    return wrapper
+
+
+@tornado.web.stream_request_body
 class ApiHandler(Base):
-    """JSON under /api: every reply is {"success", "message", "data"}."""
+    """JSON under /api: every reply is {"success", "message", "data"}.
+
+    The body is streamed in (and kept in memory up to API_MAX_BODY), so that
+    a body over the limit gets a 413 envelope rather than a closed connection.
+    """
 
     auth_method = ""  # "session" or "token", set by get_current_user
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("get", "post", "put", "patch", "delete"):
+            fn = cls.__dict__.get(name)
+            if fn is not None and not getattr(fn, "_sized", False):
+                setattr(cls, name, _refuse_oversized(fn))
+
+    def initialize(self, **kwargs) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._oversized = False
+
+    def data_received(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._size > API_MAX_BODY:
+            self._oversized = True
+            self._chunks = []
+        elif not self._oversized:
+            self._chunks.append(chunk)
+
+    @property
+    def body(self) -> bytes:
+        if len(self._chunks) != 1:
+            self._chunks = [b"".join(self._chunks)]
+        return self._chunks[0]
 
     def ok(self, data: Any = None, message: str = "") -> None:
         self.set_header("Content-Type", "application/json; charset=utf-8")
@@ -99,6 +208,10 @@ class ApiHandler(Base):
     def write_error(self, status_code: int, **kwargs) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, ApiError):
+            if exc.status == 429 and exc.retry_after:
+                self.set_header("Retry-After", str(exc.retry_after))
+            return self.fail(exc.status, exc.message)
+        if isinstance(exc, jsonin.BadInput):
             return self.fail(exc.status, exc.message)
         if isinstance(exc, tornado.web.HTTPError) and exc.log_message:
             return self.fail(status_code, exc.log_message)
@@ -106,24 +219,45 @@ class ApiHandler(Base):
             return self.fail(500, f"Internal error (request id: {self.request_id}).")
         return self.fail(status_code, self._reason)
 
-    def log_exception(self, typ, value, tb) -> None:
-        if isinstance(value, ApiError):
-            return
-        super().log_exception(typ, value, tb)
-
     def body_json(self) -> dict:
-        if not self.request.body:
+        """The body as a JSON object ({} when empty), through relay/jsonin."""
+        raw = self.body
+        if not raw.strip():
             return {}
-        try:
-            doc = json.loads(self.request.body)
-        except ValueError:
-            raise ApiError(400, "The request body is not valid JSON.") from None
-        if not isinstance(doc, dict):
-            raise ApiError(400, "The request body must be a JSON object.")
-        return doc
+        return jsonin.parse_object(raw)
+
+    # ---- typed query parameters (the same checks as JSON fields) -----------
+    def int_arg(self, name: str, default: int | None = None, lo: int = jsonin.INT64_MIN,
+                hi: int = jsonin.INT64_MAX) -> int | None:
+        raw = self.get_argument(name, "")
+        if raw == "":
+            return default
+        return jsonin.whole(raw, name, lo, hi)
+
+    def float_arg(self, name: str, default: float | None = None, lo: float = -1e15,
+                  hi: float = 1e15) -> float | None:
+        raw = self.get_argument(name, "")
+        if raw == "":
+            return default
+        return jsonin.number(raw, name, lo, hi)
+
+    def str_arg(self, name: str, default: str = "", max_len: int = 1000) -> str:
+        return jsonin.text(self.get_argument(name, default), name, max_len)
+
+    def flag_arg(self, name: str, default: bool = False) -> bool:
+        raw = self.get_argument(name, "")
+        return default if raw == "" else jsonin.flag(raw, name)
 
     # ---- who is calling -----------------------------------------------------
     async def prepare(self) -> None:
+        length = self.request.headers.get("Content-Length", "")
+        declared = int(length) if length.isdigit() and len(length) < 19 else 0
+        if declared > API_MAX_BODY:
+            self._oversized = True
+            if declared > 4 * API_MAX_BODY:
+                raise ApiError(413, f"The request body is larger than the limit of "
+                                    f"{API_MAX_BODY_MB} MB for /api.")
+        self.request.connection.set_max_body_size(4 * API_MAX_BODY)
         self.current_user = await self._authenticate()
         if self.auth_method == "session" and self.request.method in UNSAFE:
             sent = self.request.headers.get(CSRF_HEADER, "")
@@ -180,10 +314,11 @@ class ApiHandler(Base):
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, retry_after: int = 0):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after = retry_after
 
 
 @tornado.web.stream_request_body
@@ -219,14 +354,19 @@ class RelayHandler(Base):
         if not self.buffer_body:
             return
         self._size += len(chunk)
+        # Raising here would drop the connection without an answer (and log
+        # a traceback): the body is dropped instead, and `body` says 413.
+        if self._size > self.config.max_body_bytes:
+            self._chunks = []
+        else:
+            self._chunks.append(chunk)
+
+    @property
+    def body(self) -> bytes:
         if self._size > self.config.max_body_bytes:
             raise RelayError(413, f"The request body is larger than the limit of "
                                   f"{self.config.max_body_mb} MB.", "invalid_request_error",
                              "request_too_large")
-        self._chunks.append(chunk)
-
-    @property
-    def body(self) -> bytes:
         if len(self._chunks) != 1:
             self._chunks = [b"".join(self._chunks)]
         return self._chunks[0]
@@ -268,6 +408,8 @@ class RelayHandler(Base):
     # ---- errors -------------------------------------------------------------
     def write_error(self, status_code: int, **kwargs) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, jsonin.BadInput):
+            exc = jsonin.relay_error(exc)
         if not isinstance(exc, RelayError):
             if isinstance(exc, tornado.web.HTTPError) and status_code < 500:
                 exc = RelayError(status_code, exc.log_message or self._reason)
@@ -284,11 +426,6 @@ class RelayHandler(Base):
         self.set_status(err.status, _REASONS.get(err.status))
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps(render(self.family, err, self.request_id), ensure_ascii=False))
-
-    def log_exception(self, typ, value, tb) -> None:
-        if isinstance(value, RelayError) and value.status < 500:
-            return
-        super().log_exception(typ, value, tb)
 
     # ---- the Sink the service writes to ------------------------------------
     def start(self, status: int, headers: dict) -> None:

@@ -15,6 +15,9 @@ from typing import Any
 
 # 500,000 units = 1 credit = 1 USD of official price (one-api/new-api count).
 QUOTA_PER_USD = 500_000
+# The largest balance or amount the API accepts (2 billion USD): far from
+# the 64-bit limit, so that no sum of balances can overflow it.
+MAX_QUOTA = 10 ** 15
 
 TOKEN_ENABLED, TOKEN_DISABLED, TOKEN_EXPIRED, TOKEN_EXHAUSTED = 1, 2, 3, 4
 USER_ENABLED, USER_DISABLED = 1, 2

@@ -33,6 +33,7 @@ SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Contro
                "X-Accel-Buffering": "no"}
 # A slow reader may hold this much of ours before we stop reading upstream.
 MAX_PENDING = 1024 * 1024
+MAX_RESERVED_OUTPUT = 10_000_000
 
 
 class Sink(Protocol):
@@ -176,8 +177,10 @@ class RelayService:
             b = call.body
             out = b.get("max_completion_tokens") or b.get("max_tokens") or self.settings.default_max_tokens
             try:
-                out = max(int(out), 1)
-            except (TypeError, ValueError):
+                # No model writes more than this; a bigger max_tokens (1e20)
+                # is the upstream's to refuse, not a reservation to overflow.
+                out = min(max(int(out), 1), MAX_RESERVED_OUTPUT)
+            except (TypeError, ValueError, OverflowError):
                 out = self.settings.default_max_tokens
             # Reserving needs no exact count (the bill is settled from the
             # upstream's usage), so chat skips the BPE pass here.

@@ -14,6 +14,8 @@ import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADMIN_PASSWORD = "root-test-password"
+# What test users sign in with (strong enough for the password rule).
+USER_PASSWORD = "password123"
 
 
 def free_port() -> int:

@@ -7,9 +7,7 @@ a `StreamWriter` and `render`.
 """
 from __future__ import annotations
 
-import json
-
-from relay import sse
+from relay import jsonin, sse
 from relay.adaptors.base import Call, Chunk
 from relay.errors import bad_request
 
@@ -17,13 +15,12 @@ FAMILY = "openai"
 
 
 def load_json(raw: bytes) -> dict:
+    """The request body as a JSON object, through the one parser every route
+    family shares (relay/jsonin.py); RelayError(400) naming the field."""
     try:
-        doc = json.loads(raw or b"")
-    except ValueError as exc:
-        raise bad_request(f"The request body is not valid JSON: {exc}", "invalid_json") from None
-    if not isinstance(doc, dict):
-        raise bad_request("The request body must be a JSON object.", "invalid_json")
-    return doc
+        return jsonin.parse_object(raw or b"")
+    except jsonin.BadInput as exc:
+        raise jsonin.relay_error(exc) from None
 
 
 def require_model(doc: dict) -> str:
