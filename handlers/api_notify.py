@@ -6,6 +6,7 @@ from __future__ import annotations
 from handlers.api_user import page_args
 from handlers.base import ApiError, ApiHandler
 from handlers.base import ident as parse_ident
+from notify import templates
 from notify.push_binding import BindError
 from notify.service import announcement_view
 from notify.subscriptions import Invalid
@@ -83,8 +84,9 @@ class PreviewHandler(NotifyHandler):
         if not isinstance(cfg, dict):
             raise ApiError(400, "channel_config must be an object.")
         try:
-            result = self.notifier.preview(
-                user, str(body.get("channel_type") or ""), cfg,
+            # Rendering a template is CPU work: on the template thread.
+            result = await templates.run(
+                self.notifier.preview, user, str(body.get("channel_type") or ""), cfg,
                 str(body.get("event_type") or "announcement"))
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
