@@ -19,6 +19,7 @@ import tornado.web
 from tornado.httpserver import HTTPServer
 
 import settings as settings_mod
+from handlers import proxies
 from models.secrets import Vault, load_or_create_secret
 from models.seed import seed
 from models.store import Store
@@ -56,6 +57,8 @@ class RelayApplication(tornado.web.Application):
         # Clients given a base URL with a trailing slash post to "//v1/...".
         if "//" in request.path:
             request.path = re.sub(r"/{2,}", "/", request.path)
+        # The real client address and scheme, when a trusted proxy tells them.
+        proxies.apply(request, self.settings["trusted_proxies"])
         return super().find_handler(request, **kwargs)
 
 
@@ -100,12 +103,16 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
                         max_clients=config.max_upstream_clients)
     service = RelayService(config, catalog, billing, usage_log, scheduler, upstream)
     from handlers.fallback import NotFoundHandler
+    try:
+        trusted = proxies.networks(config.trusted_proxies)
+    except ValueError as exc:
+        raise SystemExit(f"trusted_proxies: {exc}") from None
     app = RelayApplication(
         _handlers(), default_handler_class=NotFoundHandler,
         cookie_secret=vault.cookie_secret, xsrf_cookies=False,
         config=config, store=store, bus=bus, vault=vault, catalog=catalog, billing=billing,
         usage_log=usage_log, scheduler=scheduler, upstream=upstream, service=service,
-        started_at=time.time(), on_start=[], on_stop=[])
+        started_at=time.time(), on_start=[], on_stop=[], trusted_proxies=trusted)
     for name in INSTALLERS:
         importlib.import_module(name).install(app)
     return app

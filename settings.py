@@ -53,6 +53,9 @@ class Settings:
     invalidation_poll: float = 0.5
     usage_retention_days: int = 0
     secure_cookies: bool = False
+    # Reverse proxies and CDNs whose X-Forwarded-For, X-Real-IP and
+    # X-Forwarded-Proto are believed (CIDRs, comma-separated); empty: none.
+    trusted_proxies: str = ""
     # Notifications reach webhooks, bots and push services by their users'
     # URLs; private and loopback addresses are refused unless this is on.
     allow_private_webhooks: bool = False

@@ -1,25 +1,25 @@
 """/api/user: sign-in, the caller's own account, top-up, and user admin."""
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import time
 
-from cachetools import TTLCache
-
 from handlers.base import ApiError, ApiHandler, ident
-from models.passwords import hash_password, needs_update, password_problem, verify_password
+from handlers.login_throttle import LoginThrottle
+from models.passwords import (hash_password_async, needs_update, password_problem,
+                              verify_password_async)
 from models.records import (MAX_QUOTA, ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED,
                             USER_ENABLED)
 from models.store import DuplicateKeyError, now
 from relay import jsonin
 from relay.billing import USER
 
-# Failed sign-ins allowed per 10 minutes: per (address, name), and per
-# address over all names (guessing many accounts from one place).
-MAX_FAILURES = 5
-MAX_FAILURES_PER_IP = 30
-_failures: TTLCache = TTLCache(maxsize=100_000, ttl=600)
+# A browser that signed in to an account before: its sign-in attempts are
+# throttled per device (handlers/login_throttle.py).
+DEVICE_COOKIE = "device"
+DEVICE_NAMES = 5  # accounts one browser remembers
 
 _USERNAME = re.compile(r"^[A-Za-z0-9_.\-@]{2,64}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -40,10 +40,12 @@ async def registration_open(handler: ApiHandler) -> bool:
 
 
 def validate_new_user(body: dict, groups: dict) -> dict:
-    username = str(body.get("username") or "").strip()
-    password = str(body.get("password") or "")
-    email = str(body.get("email") or "").strip().lower()
-    group = str(body.get("group") or "default")
+    """The fields of a new user; the password is checked but not yet hashed
+    (`password`: hash it with hash_password_async before storing)."""
+    username = jsonin.text(body.get("username"), "username", 200).strip()
+    password = jsonin.text(body.get("password"), "password", 2000)
+    email = jsonin.text(body.get("email"), "email", 320).strip().lower()
+    group = jsonin.text(body.get("group"), "group", 64) or "default"
     if not _USERNAME.match(username) or "@" in username:
         raise ApiError(400, "The user name must be 2-64 letters, digits or _.- characters.")
     problem = password_problem(password, username, email)
@@ -53,12 +55,14 @@ def validate_new_user(body: dict, groups: dict) -> dict:
         raise ApiError(400, f"Not an e-mail address: {email!r}.")
     if group not in groups:
         raise ApiError(400, f"There is no group named {group!r}.")
-    return {"username": username, "password_hash": hash_password(password), "email": email,
-            "group": group}
+    return {"username": username, "password": password, "email": email, "group": group}
 
 
 async def insert_user(handler: ApiHandler, fields: dict, role: int = ROLE_USER) -> dict:
     db = handler.store.db
+    fields = dict(fields)
+    if "password" in fields:
+        fields["password_hash"] = await hash_password_async(fields.pop("password"))
     if fields["email"] and await db.users.find_one({"email": fields["email"]}, {"_id": 1}):
         raise ApiError(409, "That e-mail address is already registered.")
     doc = {"_id": await handler.store.next_id("users"), "display_name": fields["username"],
@@ -74,38 +78,96 @@ async def insert_user(handler: ApiHandler, fields: dict, role: int = ROLE_USER) 
 class LoginHandler(ApiHandler):
     async def post(self) -> None:
         body = self.body_json()
-        name = str(body.get("username") or "").strip()
-        password = str(body.get("password") or "")
+        name = jsonin.text(body.get("username"), "username", 320).strip()
+        password = jsonin.text(body.get("password"), "password", 2000)
         if not name or not password:
             raise ApiError(400, "Enter a user name (or e-mail address) and a password.")
-        keys = (("pair", self.client_ip(), name.lower()), ("ip", self.client_ip()))
-        if (_failures.get(keys[0], 0) >= MAX_FAILURES
-                or _failures.get(keys[1], 0) >= MAX_FAILURES_PER_IP):
-            raise ApiError(429, "Too many failed sign-in attempts; wait 10 minutes and try again.")
+        throttle = LoginThrottle(self.store)
+        device = self._device()
+        keys = throttle.keys(name, self.client_ip(),
+                             f"{device['d']}:{name.lower()}" if name.lower() in device["u"] else None)
+        wait = await throttle.retry_after(keys)
+        if wait:
+            raise ApiError(429, f"Too many failed sign-ins: try again in {_duration(wait)}.",
+                           retry_after=wait)
         db = self.store.db
         doc = await db.users.find_one({"username": name})
         if doc is None and "@" in name:
             doc = await db.users.find_one({"email": name.lower()})
-        if doc is None or not verify_password(password, doc.get("password_hash", "")):
-            for k in keys:
-                _failures[k] = _failures.get(k, 0) + 1
+        # A missing user costs a hash too, so that timing does not tell
+        # which names exist.
+        if not await verify_password_async(password, doc.get("password_hash", "") if doc else ""):
+            await throttle.failed(keys)
             raise ApiError(401, "Wrong user name or password.")
         if doc.get("status", USER_ENABLED) != USER_ENABLED:
             raise ApiError(403, "This account is disabled.")
-        _failures.pop(keys[0], None)
+        await throttle.succeeded(keys)
         if needs_update(doc["password_hash"]):
             await db.users.update_one({"_id": doc["_id"]},
-                                      {"$set": {"password_hash": hash_password(password)}})
-        csrf = self.start_session(doc)
+                                      {"$set": {"password_hash": await hash_password_async(password)}})
+        self._remember_device(device, name.lower())
+        csrf = await self.start_session(doc)
         self.ok({**user_view(self, doc), "csrf_token": csrf}, "Signed in.")
+
+    def _device(self) -> dict:
+        raw = self.get_signed_cookie(DEVICE_COOKIE, max_age_days=400)
+        try:
+            doc = json.loads(raw) if raw else None
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or not isinstance(doc.get("u"), list):
+            return {"d": secrets.token_urlsafe(12), "u": []}
+        return {"d": str(doc.get("d") or secrets.token_urlsafe(12)), "u": doc["u"]}
+
+    def _remember_device(self, device: dict, name: str) -> None:
+        names = [name] + [n for n in device["u"] if n != name][:DEVICE_NAMES - 1]
+        self.set_signed_cookie(DEVICE_COOKIE, json.dumps({"d": device["d"], "u": names}),
+                               expires_days=365, httponly=True, samesite="Lax",
+                               secure=self.secure_cookies, path="/api/user/login")
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 60:
+        return f"{seconds} second{'s' if seconds != 1 else ''}"
+    minutes = (seconds + 59) // 60
+    return f"{minutes} minute{'s' if minutes != 1 else ''}"
 
 
 class LogoutHandler(ApiHandler):
-    async def post(self) -> None:
-        self.end_session()
-        self.ok(None, "Signed out.")
+    """POST only (a GET could be triggered by any page); with
+    {"everywhere": true} it ends every session of the user."""
 
-    get = post
+    async def post(self) -> None:
+        body = self.body_json()
+        everywhere = jsonin.flag(body.get("everywhere", False), "everywhere")
+        if everywhere:
+            await self.end_all_sessions(self.require_user())
+        await self.end_session()
+        self.ok(None, "Signed out everywhere." if everywhere else "Signed out.")
+
+
+class SessionsHandler(ApiHandler):
+    """The caller's signed-in sessions (browsers), and ending one of them."""
+
+    async def get(self) -> None:
+        user = self.require_user()
+        docs = await self.store.db.sessions.find(
+            {"uid": user["_id"], "exp": {"$gt": time.time()},
+             "epoch": user.get("session_epoch", 0)}).to_list(200)
+        docs.sort(key=lambda d: d.get("created", 0), reverse=True)
+        self.ok([{"id": d["_id"][:16], "created": int(d.get("created", 0)),
+                  "expires": int(d.get("exp", 0)), "ip": d.get("ip", ""),
+                  "agent": d.get("agent", ""), "current": d["_id"] == self._session.get("_id")}
+                 for d in docs])
+
+    async def delete(self, sid: str) -> None:
+        user = self.require_user()
+        docs = await self.store.db.sessions.find({"uid": user["_id"]}).to_list(1000)
+        match = [d for d in docs if d["_id"][:16] == sid]
+        if not match:
+            raise ApiError(404, "No such session.")
+        await self.store.db.sessions.delete_one({"_id": match[0]["_id"]})
+        self.ok(None, "Session ended.")
 
 
 class RegisterHandler(ApiHandler):
@@ -136,14 +198,15 @@ class SelfHandler(ApiHandler):
                 raise ApiError(400, f"Not an e-mail address: {email!r}.")
             update["email"] = email
         if body.get("password"):
-            if not verify_password(str(body.get("original_password") or ""),
-                                   user.get("password_hash", "")):
+            new = jsonin.text(body["password"], "password", 2000)
+            if not await verify_password_async(
+                    jsonin.text(body.get("original_password"), "original_password", 2000),
+                    user.get("password_hash", "")):
                 raise ApiError(403, "The current password is wrong.")
-            problem = password_problem(str(body["password"]), user.get("username", ""),
-                                       user.get("email", ""))
+            problem = password_problem(new, user.get("username", ""), user.get("email", ""))
             if problem:
                 raise ApiError(400, problem)
-            update["password_hash"] = hash_password(str(body["password"]))
+            update["password_hash"] = await hash_password_async(new)
         if not update:
             raise ApiError(400, "Nothing to change.")
         inc = {"session_epoch": 1} if "password_hash" in update else {}
@@ -152,22 +215,24 @@ class SelfHandler(ApiHandler):
             return_document=True)
         await self.ctx["catalog"].changed("user", user["_id"])
         if inc:
-            self.start_session(doc)
+            # Every other session ends with the old password; this one goes on.
+            await self.store.db.sessions.delete_many({"uid": user["_id"]})
+            self.set_header("X-CSRF-Token", await self.start_session(doc))
         self.ok(user_view(self, doc), "Saved.")
 
 
 class AccessTokenHandler(ApiHandler):
-    """A new access token for `Authorization: Bearer` on /api (replaces the old)."""
+    """A new access token for `Authorization: Bearer` on /api (replaces the
+    old).  POST only, and from a session only with the CSRF header: a page
+    elsewhere must not be able to rotate it."""
 
-    async def get(self) -> None:
+    async def post(self) -> None:
         user = self.require_user()
         token = "at-" + secrets.token_urlsafe(32)
         await self.store.db.users.update_one(
             {"_id": user["_id"]},
             {"$set": {"access_token_hash": self.ctx["vault"].lookup_hash(token)}})
         self.ok(token)
-
-    post = get
 
 
 class TopupHandler(ApiHandler):
@@ -257,14 +322,17 @@ class UsersHandler(ApiHandler):
                 raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
             update["status"] = body["status"]
         if body.get("password"):
-            problem = password_problem(str(body["password"]))
+            new = jsonin.text(body["password"], "password", 2000)
+            problem = password_problem(new, target.get("username", ""), target.get("email", ""))
             if problem:
                 raise ApiError(400, problem)
-            update["password_hash"] = hash_password(str(body["password"]))
+            update["password_hash"] = await hash_password_async(new)
         if not update and "quota" not in body:
             raise ApiError(400, "Nothing to change.")
         if update:
-            await self.store.db.users.update_one({"_id": target["_id"]}, {"$set": update})
+            # A reset password signs the user out everywhere.
+            inc = {"$inc": {"session_epoch": 1}} if "password_hash" in update else {}
+            await self.store.db.users.update_one({"_id": target["_id"]}, {"$set": update, **inc})
         if "quota" in body:
             await self.ctx["billing"].set_remaining(USER, target["_id"],
                                                     _int(body["quota"], "quota", 0, MAX_QUOTA))
@@ -354,6 +422,8 @@ def _int(value, name: str, lo: int = jsonin.INT64_MIN, hi: int = jsonin.INT64_MA
 default_handlers = [
     (r"/api/user/login/?", LoginHandler),
     (r"/api/user/logout/?", LogoutHandler),
+    (r"/api/user/sessions/?", SessionsHandler),
+    (r"/api/user/sessions/([A-Za-z0-9]+)/?", SessionsHandler),
     (r"/api/user/register/?", RegisterHandler),
     (r"/api/user/self/?", SelfHandler),
     (r"/api/user/token/?", AccessTokenHandler),
