@@ -49,7 +49,7 @@ HANDLER_MODULES = [
     "handlers.console",
 ]
 # Modules with install(app): background workers that hook into start/stop.
-INSTALLERS = ["notify.service", "relay.mj_tasks"]
+INSTALLERS = ["models.migrations", "notify.service", "relay.mj_tasks"]
 
 
 class RelayApplication(tornado.web.Application):

@@ -301,7 +301,10 @@ class ChannelTestHandler(ApiHandler):
 
 # ---- redemption codes ------------------------------------------------------
 def redemption_view(d: dict) -> dict:
-    return {"id": d["_id"], "name": d.get("name", ""), "key": d["key"], "quota": d["quota"],
+    """A code as listed: only its masked hint; the code itself was shown once,
+    when it was made, and only a keyed hash of it is stored."""
+    return {"id": d["_id"], "name": d.get("name", ""), "key": d.get("key_hint", ""),
+            "quota": d["quota"],
             "status": d.get("status", 1), "created_time": d.get("created_time", 0),
             "redeemed_time": d.get("redeemed_time", 0), "used_user_id": d.get("used_user_id")}
 
@@ -321,14 +324,16 @@ class RedemptionsHandler(ApiHandler):
         if not 1 <= count <= 1000:
             raise ApiError(400, "count must be between 1 and 1000.")
         name = str(body.get("name") or "").strip()[:64] or "code"
+        vault = self.ctx["vault"]
         codes = []
         for _ in range(count):
             key = secrets.token_hex(16)
             await self.store.db.redemptions.insert_one({
-                "_id": await self.store.next_id("redemptions"), "name": name, "key": key,
+                "_id": await self.store.next_id("redemptions"), "name": name,
+                "key_hash": vault.lookup_hash(key), "key_hint": mask(key, 4),
                 "quota": quota, "status": 1, "created_time": now()})
             codes.append(key)
-        self.ok(codes, f"{count} code(s) created.")
+        self.ok(codes, f"{count} code(s) created; copy them now, they are not shown again.")
 
 
 class RedemptionHandler(RedemptionsHandler):

@@ -238,16 +238,17 @@ class AccessTokenHandler(ApiHandler):
 class TopupHandler(ApiHandler):
     async def post(self) -> None:
         user = self.require_user()
-        code = str(self.body_json().get("key") or "").strip()
+        code = jsonin.text(self.body_json().get("key"), "key", 200).strip()
         if not code:
             raise ApiError(400, "Enter a redemption code.")
         db = self.store.db
+        code_hash = self.ctx["vault"].lookup_hash(code)
         doc = await db.redemptions.find_one_and_update(
-            {"key": code, "status": 1},
+            {"key_hash": code_hash, "status": 1},
             {"$set": {"status": 3, "used_user_id": user["_id"], "redeemed_time": now()}},
             return_document=True)
         if doc is None:
-            used = await db.redemptions.find_one({"key": code}, {"status": 1})
+            used = await db.redemptions.find_one({"key_hash": code_hash}, {"status": 1})
             if used is None:
                 raise ApiError(404, "No such redemption code.")
             raise ApiError(409, "This redemption code has already been used.")

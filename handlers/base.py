@@ -153,14 +153,18 @@ class Base(tornado.web.RequestHandler):
             log_unexpected(self, value, tb)
 
 
-def _refuse_oversized(method):
-    """Wraps each HTTP method of an ApiHandler: a body over the limit was
-    read and dropped, and gets 413 before the handler sees anything."""
+def _after_body(method):
+    """Wraps each HTTP method of an ApiHandler.  prepare() runs before the
+    body is read, and an answer sent then would leave the client writing
+    into a closed connection; so its refusals wait here, until the body is
+    in (a body over the limit was read and dropped, and gets 413)."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         if self._oversized:
             raise ApiError(413, f"The request body is larger than the limit of "
                                 f"{API_MAX_BODY_MB} MB for /api.")
+        if self._refused is not None:
+            raise self._refused
         return method(self, *args, **kwargs)
     wrapper._sized = True
     return wrapper
@@ -181,12 +185,13 @@ class ApiHandler(Base):
         for name in ("get", "post", "put", "patch", "delete"):
             fn = cls.__dict__.get(name)
             if fn is not None and not getattr(fn, "_sized", False):
-                setattr(cls, name, _refuse_oversized(fn))
+                setattr(cls, name, _after_body(fn))
 
     def initialize(self, **kwargs) -> None:
         self._chunks: list[bytes] = []
         self._size = 0
         self._oversized = False
+        self._refused: ApiError | None = None
 
     def data_received(self, chunk: bytes) -> None:
         self._size += len(chunk)
@@ -271,8 +276,8 @@ class ApiHandler(Base):
         if self.auth_method == "session" and self.request.method in UNSAFE:
             sent = self.request.headers.get(CSRF_HEADER, "")
             if not sent or not secrets.compare_digest(sent, self._session.get("csrf", "")):
-                raise ApiError(403, "Missing or wrong CSRF token: send the X-CSRF-Token header "
-                                    "from the login reply.")
+                self._refused = ApiError(403, "Missing or wrong CSRF token: send the "
+                                              "X-CSRF-Token header from the login reply.")
 
     async def _authenticate(self):
         self._session = {}

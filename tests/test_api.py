@@ -1,8 +1,10 @@
 """The management API: envelope, sign-in, CSRF, roles, groups, prices,
 channels, users and redemption codes."""
 import requests
+from pymongo import MongoClient
 
-from tests.helpers import Api
+from models.secrets import mask
+from tests.helpers import USER_PASSWORD, Api
 
 
 def envelope(r):
@@ -144,7 +146,30 @@ def test_redemption_admin(admin):
     admin.post("/api/redemption/", {"name": "bad", "quota": 0, "count": 1}, expect=400)
     admin.post("/api/redemption/", {"name": "bad", "quota": 5, "count": 0}, expect=400)
     listed = admin.get("/api/redemption/?size=100")["data"]["items"]
-    assert {c["key"] for c in listed} >= set(codes)
+    # Shown once: listed only as a hint.
+    assert {c["key"] for c in listed} >= {mask(c, 4) for c in codes}
+    assert not {c["key"] for c in listed} & set(codes)
+
+
+def test_redemption_codes_are_stored_as_keyed_hashes(relay, admin, mongo_url):
+    codes = admin.post("/api/redemption/", {"name": "hashed", "quota": 7, "count": 2})["data"]
+    db = MongoClient(mongo_url)[relay.db_name]
+    stored = list(db.redemptions.find({"name": "hashed"}))
+    assert len(stored) == 2
+    for doc in stored:
+        assert "key" not in doc and doc["key_hash"] and not set(codes) & set(map(str, doc.values()))
+    # A code stored in plain text by an older version is hashed at the next start.
+    db.redemptions.insert_one({"_id": 99_001, "name": "legacy", "key": "legacy-code-0001",
+                               "quota": 5, "status": 1, "created_time": 0})
+    port = relay.port
+    relay.stop()
+    relay.start(port)
+    doc = db.redemptions.find_one({"_id": 99_001})
+    assert "key" not in doc and doc["key_hint"] == mask("legacy-code-0001", 4)
+    admin.create_user("redeemer")
+    user = Api.login(relay.url, "redeemer", USER_PASSWORD)
+    assert user.post("/api/user/topup", {"key": "legacy-code-0001"})["data"] == 5
+    assert user.post("/api/user/topup", {"key": codes[0]})["data"] == 7
 
 
 def test_registration_switch(relay, admin):
