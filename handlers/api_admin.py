@@ -6,9 +6,9 @@ import secrets
 import time
 from decimal import Decimal
 
-from handlers.api_user import _int, paged
+from handlers.api_user import _int, group_list, paged
 from handlers.base import ApiError, ApiHandler, ident
-from models.records import MAX_QUOTA, to_decimal
+from models.records import MAX_QUOTA, User, to_decimal
 from models.secrets import mask
 from models.store import DuplicateKeyError, now
 from relay import registry
@@ -35,15 +35,20 @@ def _num(s) -> float | int:
 # ---- groups ----------------------------------------------------------------
 def group_view(d: dict) -> dict:
     return {"name": d["_id"], "rate": _num(d.get("rate", "1")),
-            "description": d.get("description", ""), "enabled": bool(d.get("enabled", True))}
+            "description": d.get("description", ""), "enabled": bool(d.get("enabled", True)),
+            "usable_groups": list(d.get("usable_groups") or [])}
 
 
 class GroupsHandler(ApiHandler):
     async def get(self) -> None:
-        """Signed-in users see the enabled groups (for the key form); admins all."""
-        self.require_user()
+        """Signed-in users see the enabled groups they may put keys in (for
+        the key form); admins all, with each group's usable_groups."""
+        user = self.require_user()
         flt = {} if self.is_admin() else {"enabled": True}
         docs = await self.store.db.groups.find(flt).sort("_id", 1).to_list(1000)
+        if not self.is_admin():
+            usable = User.from_doc(user).usable_set(self.ctx["catalog"].groups)
+            docs = [d for d in docs if d["_id"] in usable]
         self.ok([group_view(d) for d in docs])
 
     async def post(self) -> None:
@@ -54,7 +59,9 @@ class GroupsHandler(ApiHandler):
             raise ApiError(400, "A group name is 1-32 letters, digits, - or _.")
         doc = {"_id": name, "rate": _dec(body.get("rate", 1), "rate"),
                "description": str(body.get("description") or ""),
-               "enabled": bool(body.get("enabled", True)), "created_time": now()}
+               "enabled": bool(body.get("enabled", True)),
+               "usable_groups": group_list(self, body.get("usable_groups")),
+               "created_time": now()}
         try:
             await self.store.db.groups.insert_one(doc)
         except DuplicateKeyError:
@@ -73,6 +80,10 @@ class GroupsHandler(ApiHandler):
             update["description"] = str(body["description"])
         if "enabled" in body:
             update["enabled"] = bool(body["enabled"])
+        if "usable_groups" in body:
+            update["usable_groups"] = group_list(self, body["usable_groups"])
+        if not update:
+            raise ApiError(400, "Nothing to change.")
         doc = await self.store.db.groups.find_one_and_update({"_id": name}, {"$set": update},
                                                              return_document=True)
         if doc is None:

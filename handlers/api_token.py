@@ -11,7 +11,7 @@ import time
 
 from handlers.api_user import _int, paged
 from handlers.base import ApiError, ApiHandler, ident
-from models.records import (BILLING_MODES, MAX_QUOTA, TOKEN_DISABLED, TOKEN_ENABLED, TOKEN_EXHAUSTED,
+from models.records import (BILLING_MODES, MAX_QUOTA, User, TOKEN_DISABLED, TOKEN_ENABLED, TOKEN_EXHAUSTED,
                             TOKEN_EXPIRED, parse_networks)
 from models.secrets import mask, new_api_key
 from models.store import now
@@ -113,6 +113,7 @@ class TokensHandler(ApiHandler):
         fields.setdefault("group", user.get("group") or "default")
         if fields["group"] not in self.ctx["catalog"].groups:
             raise ApiError(400, f"There is no group named {fields['group']!r}.")
+        self.check_usable(user, fields["group"])
         remain = _int(body.get("remain_quota", 0), "remain_quota", 0, MAX_QUOTA)
         key = new_api_key()
         vault = self.ctx["vault"]
@@ -133,6 +134,10 @@ class TokensHandler(ApiHandler):
         if status_only:
             body = {"status": body.get("status")}
         fields = clean_fields(self, body, creating=False)
+        if "group" in fields:
+            owner = (self.current_user if doc["user_id"] == self.current_user["_id"]
+                     else await self.store.db.users.find_one({"_id": doc["user_id"]}) or {})
+            self.check_usable(owner, fields["group"])
         if fields:
             await self.store.db.tokens.update_one({"_id": doc["_id"]}, {"$set": fields})
         if "remain_quota" in body and not status_only:
@@ -141,6 +146,12 @@ class TokensHandler(ApiHandler):
         await self.ctx["catalog"].changed("token", doc["key_hash"])
         doc = await self.store.db.tokens.find_one({"_id": doc["_id"]})
         self.ok(token_view(self, doc, reveal=doc["user_id"] == self.current_user["_id"]), "Saved.")
+
+    def check_usable(self, owner: dict, group: str) -> None:
+        """403 unless the key's owner may put keys in `group` (usable groups)."""
+        if owner and not User.from_doc(owner).may_use(group, self.ctx["catalog"].groups):
+            raise ApiError(403, f"The group {group!r} is not one this key's owner may use; "
+                                "an administrator decides which groups each user may use.")
 
     async def owned(self, raw) -> dict:
         if raw is None:

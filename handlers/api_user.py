@@ -31,7 +31,8 @@ def user_view(handler: ApiHandler, doc: dict) -> dict:
             "display_name": doc.get("display_name", ""), "role": doc.get("role", ROLE_USER),
             "status": doc.get("status", USER_ENABLED), "group": doc.get("group", "default"),
             "quota": remaining, "used_quota": used, "created_time": doc.get("created_time", 0),
-            "marketing_opt_in": bool(doc.get("marketing_opt_in"))}
+            "marketing_opt_in": bool(doc.get("marketing_opt_in")),
+            "usable_groups": doc.get("usable_groups")}
 
 
 async def registration_open(handler: ApiHandler) -> bool:
@@ -307,9 +308,16 @@ class UsersHandler(ApiHandler):
         target = await self._target(admin, body.get("id"))
         update: dict = {}
         if "group" in body:
-            if body["group"] not in self.ctx["catalog"].groups:
+            if not isinstance(body["group"], str) or body["group"] not in self.ctx["catalog"].groups:
                 raise ApiError(400, f"There is no group named {body['group']!r}.")
             update["group"] = body["group"]
+        unset = {}
+        if "usable_groups" in body:
+            # null: the user group's list applies again.
+            if body["usable_groups"] is None:
+                unset["usable_groups"] = ""
+            else:
+                update["usable_groups"] = group_list(self, body["usable_groups"])
         for f in ("display_name",):
             if f in body:
                 update[f] = str(body[f])
@@ -328,12 +336,16 @@ class UsersHandler(ApiHandler):
             if problem:
                 raise ApiError(400, problem)
             update["password_hash"] = await hash_password_async(new)
-        if not update and "quota" not in body:
+        if not update and not unset and "quota" not in body:
             raise ApiError(400, "Nothing to change.")
-        if update:
+        if update or unset:
             # A reset password signs the user out everywhere.
-            inc = {"$inc": {"session_epoch": 1}} if "password_hash" in update else {}
-            await self.store.db.users.update_one({"_id": target["_id"]}, {"$set": update, **inc})
+            ops = {"$set": update} if update else {}
+            if unset:
+                ops["$unset"] = unset
+            if "password_hash" in update:
+                ops["$inc"] = {"session_epoch": 1}
+            await self.store.db.users.update_one({"_id": target["_id"]}, ops)
         if "quota" in body:
             await self.ctx["billing"].set_remaining(USER, target["_id"],
                                                     _int(body["quota"], "quota", 0, MAX_QUOTA))
@@ -413,6 +425,21 @@ class AdjustQuotaHandler(UsersHandler):
             raise ApiError(409, "The balance is smaller than the amount to remove.")
         doc = await self.store.db.users.find_one({"_id": target["_id"]})
         self.ok(user_view(self, doc), "Balance adjusted.")
+
+
+def group_list(handler: ApiHandler, value, field: str = "usable_groups") -> list[str]:
+    """A list of existing group names (a JSON list, or names separated by commas)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = value.replace("\n", ",").split(",")
+    if not isinstance(value, list):
+        raise ApiError(400, f"{field} must be a list of group names.")
+    names = {jsonin.text(v, field, 64).strip() for v in value} - {""}
+    unknown = sorted(g for g in names if g not in handler.ctx["catalog"].groups)
+    if unknown:
+        raise ApiError(400, f"{field}: there is no group named {unknown[0]!r}.")
+    return sorted(names)
 
 
 def _int(value, name: str, lo: int = jsonin.INT64_MIN, hi: int = jsonin.INT64_MAX) -> int:

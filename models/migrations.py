@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from models.records import to_decimal
 from models.secrets import mask
 from models.store import PyMongoError
 
@@ -35,8 +36,29 @@ async def hash_redemption_codes(store, vault) -> int:
     return n
 
 
+async def seed_usable_groups(store) -> int:
+    """Groups from before "usable groups" existed get a list: every enabled
+    group at the same or a higher rate.  Users keep the choice they had,
+    except moving a key to a cheaper group than their own (the hole this
+    closes).  Returns how many groups changed."""
+    docs = await store.db.groups.find({}).to_list(10_000)
+    rate = {d["_id"]: to_decimal(d.get("rate", "1")) for d in docs}
+    n = 0
+    for d in docs:
+        if "usable_groups" in d:
+            continue
+        usable = sorted(g["_id"] for g in docs
+                        if g["_id"] != d["_id"] and g.get("enabled", True)
+                        and rate[g["_id"]] >= rate[d["_id"]])
+        await store.db.groups.update_one({"_id": d["_id"]}, {"$set": {"usable_groups": usable}})
+        n += 1
+    return n
+
+
 def install(app) -> None:
     async def on_start(_app) -> None:
         s = app.settings
         await hash_redemption_codes(s["store"], s["vault"])
+        if await seed_usable_groups(s["store"]):
+            await s["catalog"].reload_groups()
     app.settings["on_start"].insert(0, on_start)

@@ -60,6 +60,22 @@ def parse_networks(text: str | list | None) -> tuple:
     return tuple(nets)
 
 
+def usable_groups(user_group: str, own_list, is_admin: bool, groups: dict) -> set[str]:
+    """The groups a user may put keys in (new-api's "usable groups").
+
+    An administrator: every group.  Anyone else: their own group, plus the
+    user's own list when an administrator gave them one (`usable_groups` on
+    the user), else the list of their user group (`usable_groups` on the
+    group).  The caller checks that the group exists and is enabled.
+    """
+    if is_admin:
+        return set(groups)
+    if own_list is None:
+        g = groups.get(user_group)
+        own_list = g.usable_groups if g is not None else ()
+    return {user_group, *own_list}
+
+
 @dataclass(frozen=True)
 class User:
     id: int
@@ -68,16 +84,26 @@ class User:
     role: int
     status: int
     group: str
+    # None: the user group's list applies (see usable_groups()).
+    usable_groups: tuple | None = None
 
     @classmethod
     def from_doc(cls, d: dict) -> "User":
+        own = d.get("usable_groups")
         return cls(id=d["_id"], username=d.get("username", ""), email=d.get("email", ""),
                    role=int(d.get("role", ROLE_USER)), status=int(d.get("status", USER_ENABLED)),
-                   group=d.get("group") or "default")
+                   group=d.get("group") or "default",
+                   usable_groups=tuple(own) if isinstance(own, list) else None)
 
     @property
     def is_admin(self) -> bool:
         return self.role >= ROLE_ADMIN
+
+    def usable_set(self, groups: dict) -> set[str]:
+        return usable_groups(self.group, self.usable_groups, self.is_admin, groups)
+
+    def may_use(self, group: str, groups: dict) -> bool:
+        return group in self.usable_set(groups)
 
 
 @dataclass(frozen=True)
@@ -129,11 +155,14 @@ class Group:
     rate: Decimal
     description: str
     enabled: bool
+    # The other groups this group's members may put keys in.
+    usable_groups: tuple = ()
 
     @classmethod
     def from_doc(cls, d: dict) -> "Group":
         return cls(name=d["_id"], rate=to_decimal(d.get("rate", "1")),
-                   description=d.get("description", ""), enabled=bool(d.get("enabled", True)))
+                   description=d.get("description", ""), enabled=bool(d.get("enabled", True)),
+                   usable_groups=tuple(d.get("usable_groups") or ()))
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,9 @@ class RelayService:
         group = self.catalog.groups.get(token.group)
         if group is None or not group.enabled:
             raise forbidden(f"The key's group '{token.group}' is disabled.", "group_disabled")
+        if not user.may_use(token.group, self.catalog.groups):
+            raise forbidden(f"The key's group '{token.group}' is not one its owner may use.",
+                            "group_not_usable")
         bound = self._address_groups(host)
         if bound is not None and token.group not in bound:
             raise unauthorized(f"The key's group '{token.group}' is not served on this address.",

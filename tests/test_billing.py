@@ -30,6 +30,7 @@ def w(relay, admin, fake):
     admin.set_price(MODEL, input_price=5, output_price=20, cache_price=2.5, group="half")
     admin.set_price("percall-model", call_price=0.002)
     user = admin.create_user("carol", quota=100_000_000)
+    admin.put("/api/user/", {"id": user["id"], "usable_groups": ["double", "half"]})
     api = Api.login(relay.url, "carol", "Blue-Kettle-Harbor-42")
     return {"admin": admin, "api": api, "user": user, "url": relay.url}
 

@@ -149,6 +149,7 @@ def test_401_group_not_served_on_this_address(w):
 # ---- 403 -------------------------------------------------------------------
 def test_403_group_disabled(w):
     w["admin"].post("/api/group/", {"name": "closed", "rate": 1, "enabled": True})
+    w["admin"].put("/api/group/", {"name": "default", "usable_groups": ["closed"]})
     tok = w["api"].create_token(name="closed", remain_quota=1000, group="closed")
     w["admin"].put("/api/group/", {"name": "closed", "enabled": False})
     check(post(w, chat(), key=tok["key"]), 403, "group_disabled")

@@ -125,6 +125,8 @@ def test_every_key_change_applies_to_the_very_next_request(w):
     api.put("/api/token/", {"id": t["id"], "unlimited_quota": True})
     assert chat(w, t["key"]).status_code == 200
     admin.post("/api/group/", {"name": "g2", "rate": 1})
+    admin.put("/api/user/", {"id": api.get("/api/user/self")["data"]["id"],
+                             "usable_groups": ["g2"]})
     api.put("/api/token/", {"id": t["id"], "group": "g2"})
     r = chat(w, t["key"])  # no channel serves g2
     assert r.status_code == 503
