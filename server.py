@@ -46,6 +46,7 @@ HANDLER_MODULES = [
     "handlers.api_admin",
     "handlers.api_log",
     "handlers.api_notify",
+    "handlers.openapi",
     "handlers.console",
 ]
 # Modules with install(app): background workers that hook into start/stop.

@@ -148,7 +148,7 @@ class LogoutHandler(ApiHandler):
 
 
 class SessionsHandler(ApiHandler):
-    """The caller's signed-in sessions (browsers), and ending one of them."""
+    """The caller's signed-in sessions (browsers)."""
 
     async def get(self) -> None:
         user = self.require_user()
@@ -160,6 +160,10 @@ class SessionsHandler(ApiHandler):
                   "expires": int(d.get("exp", 0)), "ip": d.get("ip", ""),
                   "agent": d.get("agent", ""), "current": d["_id"] == self._session.get("_id")}
                  for d in docs])
+
+
+class SessionHandler(ApiHandler):
+    """Ending one of the caller's sessions (by the id the list shows)."""
 
     async def delete(self, sid: str) -> None:
         user = self.require_user()
@@ -329,6 +333,8 @@ class UsersHandler(ApiHandler):
         if "status" in body:
             if body["status"] not in (USER_ENABLED, USER_DISABLED):
                 raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
+            if body["status"] == USER_DISABLED:
+                _not_yourself(admin, target, "disable")
             update["status"] = body["status"]
         if body.get("password"):
             new = jsonin.text(body["password"], "password", 2000)
@@ -377,6 +383,7 @@ class UserHandler(UsersHandler):
         """Disabling, not deleting: usage records keep pointing at the user."""
         admin = self.require_admin()
         target = await self._target(admin, uid)
+        _not_yourself(admin, target, "disable")
         await self.store.db.users.update_one({"_id": target["_id"]},
                                              {"$set": {"status": USER_DISABLED}})
         await self.ctx["catalog"].changed("user", target["_id"])
@@ -397,6 +404,8 @@ class ManageUserHandler(UsersHandler):
             raise ApiError(400, "action must be enable, disable, promote or demote.")
         if action in ("promote", "demote") and admin["role"] < ROLE_ROOT:
             raise ApiError(403, "Only root can change roles.")
+        if action in ("disable", "demote"):
+            _not_yourself(admin, target, action)
         await self.store.db.users.update_one({"_id": target["_id"]}, {"$set": update})
         await self.ctx["catalog"].changed("user", target["_id"])
         doc = await self.store.db.users.find_one({"_id": target["_id"]})
@@ -427,6 +436,12 @@ class AdjustQuotaHandler(UsersHandler):
         self.ok(user_view(self, doc), "Balance adjusted.")
 
 
+def _not_yourself(admin: dict, target: dict, action: str) -> None:
+    # The last administrator could otherwise lock everyone out.
+    if target["_id"] == admin["_id"]:
+        raise ApiError(400, f"You cannot {action} your own account.")
+
+
 def group_list(handler: ApiHandler, value, field: str = "usable_groups") -> list[str]:
     """A list of existing group names (a JSON list, or names separated by commas)."""
     if value is None:
@@ -451,7 +466,7 @@ default_handlers = [
     (r"/api/user/login/?", LoginHandler),
     (r"/api/user/logout/?", LogoutHandler),
     (r"/api/user/sessions/?", SessionsHandler),
-    (r"/api/user/sessions/([A-Za-z0-9]+)/?", SessionsHandler),
+    (r"/api/user/sessions/([A-Za-z0-9]+)/?", SessionHandler),
     (r"/api/user/register/?", RegisterHandler),
     (r"/api/user/self/?", SelfHandler),
     (r"/api/user/token/?", AccessTokenHandler),

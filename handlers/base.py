@@ -78,12 +78,10 @@ def ident(value, field: str = "id") -> int:
     return jsonin.whole(value, field, 0, jsonin.INT64_MAX)
 
 
-def is_client_error(value) -> bool:
-    if isinstance(value, (ApiError, RelayError)):
-        return value.status < 500
-    if isinstance(value, jsonin.BadInput):
-        return True
-    return isinstance(value, tornado.web.HTTPError) and value.status_code < 500
+def is_intended(value) -> bool:
+    """An error raised on purpose (a refusal, an upstream that failed), as
+    opposed to a bug: its answer says all there is; the access log has its line."""
+    return isinstance(value, (ApiError, RelayError, jsonin.BadInput, tornado.web.HTTPError))
 
 
 def new_request_id() -> str:
@@ -148,8 +146,8 @@ class Base(tornado.web.RequestHandler):
         return None
 
     def log_exception(self, typ, value, tb) -> None:
-        # A client's mistake is already one line in the access log.
-        if not is_client_error(value):
+        # A refusal is already one line in the access log; only bugs go on.
+        if not is_intended(value):
             log_unexpected(self, value, tb)
 
 
@@ -180,11 +178,20 @@ class ApiHandler(Base):
 
     auth_method = ""  # "session" or "token", set by get_current_user
 
+    SUPPORTED_METHODS = ()
+
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        for name in ("get", "post", "put", "patch", "delete"):
-            fn = cls.__dict__.get(name)
-            if fn is not None and not getattr(fn, "_sized", False):
+        own = [m for m in ("get", "post", "put", "patch", "delete") if m in cls.__dict__]
+        # A handler that names its own methods answers only those: a subclass
+        # made for a route with an id must not inherit its parent's methods
+        # (POST /api/user/5 is no "create a user" with a stray argument).
+        # One that names none (AllLogHandler) answers what its parent does.
+        if own:
+            cls.SUPPORTED_METHODS = tuple(m.upper() for m in own)
+        for name in own:
+            fn = cls.__dict__[name]
+            if not getattr(fn, "_sized", False):
                 setattr(cls, name, _after_body(fn))
 
     def initialize(self, **kwargs) -> None:
