@@ -363,6 +363,35 @@ class ApiError(Exception):
         self.retry_after = retry_after
 
 
+def _refuse_after_body(prepare):
+    """Wraps a relay handler's own prepare(): a refusal there (no key, a
+    wrong key, an unknown path, a malformed upload header) is answered once
+    the body is in, the body dropped meanwhile.  Answering while the client
+    is still sending would close the connection under it, and the client
+    would see a reset instead of our answer.  413 is still answered at once:
+    that body is not going to be read."""
+    @functools.wraps(prepare)
+    async def wrapper(self):
+        try:
+            result = prepare(self)
+            if result is not None:
+                await result
+        except RelayError as err:
+            if err.status == 413:
+                raise
+            self.data_received = _drop
+            setattr(self, self.request.method.lower(), functools.partial(_raise, err))
+    return wrapper
+
+
+def _drop(chunk: bytes) -> None:
+    return None
+
+
+def _raise(err: Exception, *args, **kwargs):
+    raise err
+
+
 @tornado.web.stream_request_body
 class RelayHandler(Base):
     """Base of every relay route family.
@@ -374,6 +403,11 @@ class RelayHandler(Base):
 
     family = "openai"
     buffer_body = True  # False: the subclass consumes data_received itself
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "prepare" in cls.__dict__:
+            cls.prepare = _refuse_after_body(cls.__dict__["prepare"])
 
     def initialize(self) -> None:
         self.cancel = Cancel()

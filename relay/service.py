@@ -24,6 +24,7 @@ from models.records import TOKEN_DISABLED, TOKEN_EXHAUSTED, TOKEN_EXPIRED, USER_
 from relay import pricing, registry, tokenizer
 from relay.adaptors.base import Call, retryable
 from relay.billing import QuotaExhausted
+from relay.convert.common import converted
 from relay.errors import RelayError, forbidden, unauthorized
 from relay.upstream import Cancel
 
@@ -211,7 +212,8 @@ class RelayService:
         try:
             outcome = await self._try_channels(call, channels, sink, face, cancel)
         except Exception as exc:  # never leave a reservation open
-            log.exception("relay failed for %s", call.request_id)
+            if not isinstance(exc, RelayError):
+                log.exception("relay failed for %s", call.request_id)
             outcome.error = exc if isinstance(exc, RelayError) else RelayError(
                 500, "Internal error.", "server_error", "internal_error")
         finally:
@@ -245,7 +247,10 @@ class RelayService:
         return last
 
     async def _attempt_plain(self, call, channel, adaptor, cancel) -> Outcome:
-        req = adaptor.request(call, channel)
+        try:
+            req = _request_for(adaptor, call, channel)
+        except RelayError as exc:
+            return Outcome(error=exc)
         resp = await self.upstream.send(req.method, req.url, req.headers, req.body,
                                         cancel=cancel, body_producer=req.body_producer)
         out = Outcome(status=resp.status, ttfb=resp.first_byte_at)
@@ -272,7 +277,10 @@ class RelayService:
         return out
 
     async def _attempt_stream(self, call, channel, adaptor, sink, face, cancel) -> Outcome:
-        req = adaptor.request(call, channel)
+        try:
+            req = _request_for(adaptor, call, channel)
+        except RelayError as exc:
+            return Outcome(error=exc)
         reader = adaptor.stream(call)
         writer = face.StreamWriter(call)
         out = Outcome()
@@ -370,6 +378,12 @@ class RelayService:
             except (AttributeError, TypeError):
                 return 0
         return 0
+
+
+def _request_for(adaptor, call: Call, channel):
+    """The upstream request: a client body whose parts have shapes the
+    conversion for this channel cannot take is the client's 400, not a 500."""
+    return converted(adaptor.request, call, channel)
 
 
 def _drain_then_resume(sink: Sink, cancel: Cancel) -> None:

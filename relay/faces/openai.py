@@ -37,7 +37,10 @@ def parse_chat(request_id: str, raw: bytes) -> Call:
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty array.", "missing_messages", "messages")
     stream = bool(doc.get("stream"))
-    wants_usage = stream and bool((doc.get("stream_options") or {}).get("include_usage"))
+    options = doc.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise bad_request("'stream_options' must be an object.", "invalid_type", "stream_options")
+    wants_usage = stream and bool(options.get("include_usage"))
     return Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=doc,
                 raw=raw, native_body=doc, stream=stream, client_wants_usage=wants_usage)
 
