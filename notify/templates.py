@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -342,9 +343,21 @@ def check(template: str) -> None:
 
 
 _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="templates")
+# While the template thread works, the interpreter hands the lock back to the
+# event loop's thread this often (the default is every 5 ms).
+_SWITCH_INTERVAL = 0.0005
+
+
+def _on_worker(fn, args):
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, _SWITCH_INTERVAL))
+    try:
+        return fn(*args)
+    finally:
+        sys.setswitchinterval(before)
 
 
 async def run(fn, *args):
     """fn(*args) (anything that compiles or renders templates) on the
     template thread, so that the event loop stays free meanwhile."""
-    return await asyncio.get_running_loop().run_in_executor(_worker, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(_worker, _on_worker, fn, args)
