@@ -18,6 +18,7 @@ from tornado.iostream import StreamClosedError
 
 from models.records import ROLE_ADMIN, USER_ENABLED
 from relay import jsonin
+from relay.buglog import log_bug
 from relay.errors import RelayError, render
 from relay.upstream import Cancel
 
@@ -33,44 +34,9 @@ API_MAX_BODY_MB = 8
 API_MAX_BODY = API_MAX_BODY_MB * 1024 * 1024
 
 
-class TracebackLimiter:
-    """Real bugs log a traceback; the same bug hit again within `window`
-    seconds logs one line, so that a client replaying a bad request cannot
-    fill the disk.  At most `burst` tracebacks per window in all."""
-
-    def __init__(self, window: float = 60.0, burst: int = 10):
-        self.window = window
-        self.burst = burst
-        self._seen: dict[tuple, float] = {}
-        self._start = 0.0
-        self._count = 0
-
-    def allow(self, typ, tb) -> bool:
-        now = time.monotonic()
-        if now - self._start > self.window:
-            self._start, self._count = now, 0
-            self._seen = {k: t for k, t in self._seen.items() if now - t < self.window}
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        where = (typ, tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else (typ,)
-        if now - self._seen.get(where, -1e9) < self.window or self._count >= self.burst:
-            return False
-        self._seen[where] = now
-        self._count += 1
-        return True
-
-
-tracebacks = TracebackLimiter()
-
-
-def log_unexpected(handler, value, tb) -> None:
-    """One uncaught exception: a traceback if the limiter allows, else a line."""
-    what = f"{handler.request.method} {handler.request.path} ({handler.request_id})"
-    if tracebacks.allow(type(value), tb):
-        log.error("unexpected error in %s", what, exc_info=(type(value), value, tb))
-    else:
-        log.error("unexpected error in %s: %s: %s (traceback logged recently)", what,
-                  type(value).__name__, str(value)[:200])
+def log_unexpected(handler, value) -> None:
+    """One uncaught exception (a bug): relay/buglog.py decides how much to log."""
+    log_bug(log, f"{handler.request.method} {handler.request.path} ({handler.request_id})", value)
 
 
 def ident(value, field: str = "id") -> int:
@@ -148,7 +114,7 @@ class Base(tornado.web.RequestHandler):
     def log_exception(self, typ, value, tb) -> None:
         # A refusal is already one line in the access log; only bugs go on.
         if not is_intended(value):
-            log_unexpected(self, value, tb)
+            log_unexpected(self, value)
 
 
 def _after_body(method):

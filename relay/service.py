@@ -24,6 +24,7 @@ from models.records import TOKEN_DISABLED, TOKEN_EXHAUSTED, TOKEN_EXPIRED, USER_
 from relay import pricing, registry, tokenizer
 from relay.adaptors.base import Call, retryable
 from relay.billing import QuotaExhausted
+from relay.buglog import log_bug
 from relay.convert.common import converted
 from relay.errors import RelayError, forbidden, unauthorized
 from relay.upstream import Cancel
@@ -213,7 +214,7 @@ class RelayService:
             outcome = await self._try_channels(call, channels, sink, face, cancel)
         except Exception as exc:  # never leave a reservation open
             if not isinstance(exc, RelayError):
-                log.exception("relay failed for %s", call.request_id)
+                log_bug(log, f"the relay of {call.request_id}", exc)
             outcome.error = exc if isinstance(exc, RelayError) else RelayError(
                 500, "Internal error.", "server_error", "internal_error")
         finally:
