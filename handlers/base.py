@@ -9,13 +9,13 @@ import functools
 import json
 import logging
 import secrets
-import time
 from typing import Any
 
 import tornado.web
 from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 
+from handlers.sessions import SessionMixin, session_user  # noqa: F401 (shared from here)
 from models.records import ROLE_ADMIN, USER_ENABLED
 from relay import jsonin
 from relay.buglog import log_bug
@@ -24,7 +24,6 @@ from relay.upstream import Cancel
 
 log = logging.getLogger("relay.handlers")
 
-SESSION_COOKIE = "session"
 CSRF_HEADER = "X-CSRF-Token"
 UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
 # /api bodies are small JSON documents; a bigger one is read and dropped (up
@@ -52,38 +51,6 @@ def is_intended(value) -> bool:
 
 def new_request_id() -> str:
     return "req_" + secrets.token_hex(12)
-
-
-async def session_user(handler: tornado.web.RequestHandler) -> tuple[dict | None, dict]:
-    """The enabled user behind the signed `session` cookie, and the session.
-
-    Shared by the /api handlers, the console pages and the console
-    websocket.  Sessions live in the database (`sessions`, keyed by a hash
-    of the cookie's random token), so signing out ends one for good.
-    Returns (None, {}) when there is no valid session: no or a forged
-    cookie, signed out, expired, user disabled, or signed out everywhere
-    (the user's session_epoch moved on, also on a password change).
-    """
-    raw = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=30)
-    if not raw:
-        return None, {}
-    settings = handler.application.settings
-    db = settings["store"].db
-    sess = await db.sessions.find_one({"_id": settings["vault"].lookup_hash(raw.decode("latin-1"))})
-    if not sess or sess.get("exp", 0) < time.time():
-        return None, {}
-    doc = await db.users.find_one({"_id": sess.get("uid")})
-    if not doc or doc.get("status", USER_ENABLED) != USER_ENABLED:
-        return None, {}
-    if doc.get("session_epoch", 0) != sess.get("epoch", 0):
-        return None, {}
-    return doc, sess
-
-
-def https(request) -> bool:
-    """Whether the client's own connection is https (behind a trusted proxy,
-    as its X-Forwarded-Proto says: see handlers/proxies.py)."""
-    return request.protocol == "https"
 
 
 class Base(tornado.web.RequestHandler):
@@ -135,7 +102,7 @@ def _after_body(method):
 
 
 @tornado.web.stream_request_body
-class ApiHandler(Base):
+class ApiHandler(SessionMixin, Base):
     """JSON under /api: every reply is {"success", "message", "data"}.
 
     The body is streamed in (and kept in memory up to API_MAX_BODY), so that
@@ -270,41 +237,6 @@ class ApiHandler(Base):
         self._session = sess
         self.auth_method = "session"
         return doc
-
-    @property
-    def secure_cookies(self) -> bool:
-        return bool(self.config.secure_cookies) or https(self.request)
-
-    async def start_session(self, user: dict, days: int = 7) -> str:
-        """A new server-side session and its cookies; returns the CSRF token.
-        A coroutine: the session is stored before the cookie is sent."""
-        token = secrets.token_urlsafe(32)
-        csrf = secrets.token_urlsafe(24)
-        now = time.time()
-        await self.store.db.sessions.insert_one({
-            "_id": self.ctx["vault"].lookup_hash(token), "uid": user["_id"], "csrf": csrf,
-            "epoch": user.get("session_epoch", 0), "created": now, "exp": now + days * 86400,
-            "ip": self.client_ip(), "agent": self.request.headers.get("User-Agent", "")[:200]})
-        # Expired sessions of this user go as a new one comes.
-        await self.store.db.sessions.delete_many({"uid": user["_id"], "exp": {"$lt": now}})
-        self.set_signed_cookie(SESSION_COOKIE, token, expires_days=days, httponly=True,
-                               samesite="Lax", secure=self.secure_cookies, path="/")
-        self.set_cookie("csrf_token", csrf, expires_days=days, samesite="Lax",
-                        secure=self.secure_cookies, path="/")
-        return csrf
-
-    async def end_session(self) -> None:
-        """Revoke this request's session on the server and clear its cookies."""
-        if self._session.get("_id"):
-            await self.store.db.sessions.delete_one({"_id": self._session["_id"]})
-        self.clear_cookie(SESSION_COOKIE, path="/")
-        self.clear_cookie("csrf_token", path="/")
-
-    async def end_all_sessions(self, user: dict) -> None:
-        """Sign the user out everywhere: every session, in every process.
-        The epoch alone would do; the delete keeps the collection small."""
-        await self.store.db.users.update_one({"_id": user["_id"]}, {"$inc": {"session_epoch": 1}})
-        await self.store.db.sessions.delete_many({"uid": user["_id"]})
 
     def require_user(self) -> dict:
         if not self.current_user:
