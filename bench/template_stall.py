@@ -5,6 +5,8 @@
 Starts a relay (embedded database) on 127.0.0.1, signs in a user, and
 previews hostile templates (a template of as many loops as its tag limit allows,
 and the nested range loops of issue 10) while another client pings /api/ping.
+A control run previews a trivial template with the same requests, so that
+on a busy machine the delay the machine adds by itself can be told apart.
 Prints the ping delays and writes them to bench/results/template_stall.json.
 The promise (README, security): no request is delayed by more than 50 ms.
 """
