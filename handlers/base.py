@@ -84,6 +84,16 @@ class Base(tornado.web.RequestHandler):
             log_unexpected(self, value)
 
 
+HTTP_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def _not_allowed(self, *args, **kwargs):
+    raise tornado.web.HTTPError(405)
+
+
+_not_allowed._not_allowed = True
+
+
 def _after_body(method):
     """Wraps each HTTP method of an ApiHandler.  prepare() runs before the
     body is read, and an answer sent then would leave the client writing
@@ -110,18 +120,24 @@ class ApiHandler(SessionMixin, Base):
     """
 
     auth_method = ""  # "session" or "token", set by get_current_user
-
-    SUPPORTED_METHODS = ()
+    # The HTTP methods this handler answers (the others get 405).
+    ALLOWED_METHODS: tuple = ()
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        own = [m for m in ("get", "post", "put", "patch", "delete") if m in cls.__dict__]
+        own = [m for m in HTTP_METHODS if m in cls.__dict__ and
+               not getattr(cls.__dict__[m], "_not_allowed", False)]
         # A handler that names its own methods answers only those: a subclass
         # made for a route with an id must not inherit its parent's methods
         # (POST /api/user/5 is no "create a user" with a stray argument).
         # One that names none (AllLogHandler) answers what its parent does.
+        # The 405 is raised by the method, after the body is read (Tornado's
+        # own check would answer before and drop the connection unannounced).
         if own:
-            cls.SUPPORTED_METHODS = tuple(m.upper() for m in own)
+            cls.ALLOWED_METHODS = tuple(m.upper() for m in own)
+            for name in HTTP_METHODS:
+                if name not in own:
+                    setattr(cls, name, _not_allowed)
         for name in own:
             fn = cls.__dict__[name]
             if not getattr(fn, "_sized", False):
@@ -153,6 +169,8 @@ class ApiHandler(SessionMixin, Base):
                                ensure_ascii=False, default=str))
 
     def fail(self, status: int, message: str, data: Any = None) -> None:
+        if getattr(self, "_close", False):
+            self.set_header("Connection", "close")
         self.set_status(status)
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps({"success": False, "message": message, "data": data},
@@ -209,6 +227,9 @@ class ApiHandler(SessionMixin, Base):
         if declared > API_MAX_BODY:
             self._oversized = True
             if declared > 4 * API_MAX_BODY:
+                # Answered before the body is read: the connection cannot be
+                # used again, and the client must be told.
+                self._close = True
                 raise ApiError(413, f"The request body is larger than the limit of "
                                     f"{API_MAX_BODY_MB} MB for /api.")
         self.request.connection.set_max_body_size(4 * API_MAX_BODY)
@@ -320,6 +341,7 @@ class RelayHandler(Base):
         self.request.connection.set_max_body_size(limit + 1)
         length = self.request.headers.get("Content-Length")
         if length and length.isdigit() and int(length) > limit:
+            self._close = True  # answered unread: the client must not reuse the connection
             raise RelayError(413, f"The request body is larger than the limit of "
                                   f"{self.config.max_body_mb} MB.", "invalid_request_error",
                              "request_too_large")
@@ -397,6 +419,8 @@ class RelayHandler(Base):
             return
         self.clear()
         self.set_default_headers()
+        if getattr(self, "_close", False):
+            self.set_header("Connection", "close")
         self.set_status(err.status, _REASONS.get(err.status))
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps(render(self.family, err, self.request_id), ensure_ascii=False))

@@ -29,7 +29,7 @@ def route_for(path: str):
 
 
 def methods_of(cls) -> set[str]:
-    return {m.lower() for m in cls.SUPPORTED_METHODS}
+    return {m.lower() for m in cls.ALLOWED_METHODS}
 
 
 def test_every_described_path_is_routed_with_those_methods():

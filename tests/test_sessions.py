@@ -257,3 +257,15 @@ def test_strong_password_is_accepted(relay):
     r = requests.post(relay.url + "/api/user/register",
                       json={"username": "w" + uuid.uuid4().hex[:6], "password": USER_PASSWORD})
     assert r.status_code == 200, r.text
+
+
+def test_a_refused_method_keeps_the_connection_usable(relay, admin):
+    """405 is answered after the request is read, on a connection the next
+    request can use (a POST is not retried by clients on a dead one)."""
+    name = fresh_user(admin)
+    s, r = login(relay.url, name)
+    csrf = r.json()["data"]["csrf_token"]
+    for _ in range(5):
+        r = s.get(relay.url + "/api/user/token")
+        assert r.status_code == 405 and r.headers.get("Connection", "").lower() != "close"
+        assert s.post(relay.url + "/api/user/token", headers={"X-CSRF-Token": csrf}).status_code == 200
