@@ -20,6 +20,7 @@ import tornado.web
 from tornado.httpserver import HTTPServer
 
 import settings as settings_mod
+from handlers import proxies
 from models.secrets import Vault, load_or_create_secret
 from models.responses import ResponseStore
 from models.seed import reset_root_password, seed
@@ -49,10 +50,11 @@ HANDLER_MODULES = [
     "handlers.api_admin",
     "handlers.api_log",
     "handlers.api_notify",
+    "handlers.openapi",
     "handlers.console",
 ]
 # Modules with install(app): background workers that hook into start/stop.
-INSTALLERS = ["notify.service", "relay.mj_tasks", "relay.limits"]
+INSTALLERS = ["models.migrations", "notify.service", "relay.mj_tasks", "relay.limits"]
 
 
 class RelayApplication(tornado.web.Application):
@@ -60,6 +62,8 @@ class RelayApplication(tornado.web.Application):
         # Clients given a base URL with a trailing slash post to "//v1/...".
         if "//" in request.path:
             request.path = re.sub(r"/{2,}", "/", request.path)
+        # The real client address and scheme, when a trusted proxy tells them.
+        proxies.apply(request, self.settings["trusted_proxies"])
         return super().find_handler(request, **kwargs)
 
 
@@ -106,13 +110,17 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
     responses = StoredResponses(ResponseStore(store, config.responses_retention_days), catalog,
                                 upstream)
     from handlers.fallback import NotFoundHandler
+    try:
+        trusted = proxies.networks(config.trusted_proxies)
+    except ValueError as exc:
+        raise SystemExit(f"trusted_proxies: {exc}") from None
     app = RelayApplication(
         _handlers(), default_handler_class=NotFoundHandler,
         cookie_secret=vault.cookie_secret, xsrf_cookies=False,
         config=config, store=store, bus=bus, vault=vault, catalog=catalog, billing=billing,
         usage_log=usage_log, scheduler=scheduler, upstream=upstream, service=service,
         responses=responses,
-        started_at=time.time(), on_start=[], on_stop=[])
+        started_at=time.time(), on_start=[], on_stop=[], trusted_proxies=trusted)
     for name in INSTALLERS:
         importlib.import_module(name).install(app)
     return app

@@ -74,8 +74,12 @@ class Settings:
     # previous_response_id and GET /v1/responses/{id}, as OpenAI keeps them;
     # 0 keeps them until their key or owner is deleted.
     responses_retention_days: float = 30
-    # Mark cookies Secure (turn on when the console is served over HTTPS).
+    # Mark session cookies Secure on every request; without it they are Secure
+    # when the request came over HTTPS (directly or via a trusted proxy).
     secure_cookies: bool = False
+    # Reverse proxies and CDNs whose X-Forwarded-For, X-Real-IP and
+    # X-Forwarded-Proto are believed (CIDRs, comma-separated); empty: none.
+    trusted_proxies: str = ""
     # Let notifications reach private and loopback addresses (off: refused, an SSRF guard).
     allow_private_webhooks: bool = False
     # SMTP server for the e-mail channel (empty: e-mail notifications are off).

@@ -7,9 +7,10 @@ import time
 from dataclasses import replace
 from decimal import Decimal
 
-from handlers.api_user import _int, paged
-from handlers.base import ApiError, ApiHandler
-from models.records import PRICE_COMPONENTS, Price, parse_tiers, tiers_doc, to_decimal
+from handlers.api_user import _int, group_list, paged
+from handlers.base import ApiError, ApiHandler, ident
+from models.records import (MAX_QUOTA, PRICE_COMPONENTS, Price, User, parse_tiers, tiers_doc,
+                            to_decimal)
 from models.secrets import mask
 from models.store import DuplicateKeyError, now
 from relay import price_catalogue, registry
@@ -17,10 +18,15 @@ from relay.adaptors.base import Call
 
 
 def _dec(value, name: str) -> str:
+    if isinstance(value, str) and len(value) > 40:
+        raise ApiError(400, f"{name} must be a number.")
     try:
-        return str(to_decimal(value, name))
+        d = to_decimal(value, name)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
+    if d > 10 ** 9 or d.as_tuple().exponent < -12:
+        raise ApiError(400, f"{name} must be at most 1,000,000,000 with at most 12 decimals.")
+    return str(d)
 
 
 def _num(s) -> float | int:
@@ -31,15 +37,20 @@ def _num(s) -> float | int:
 # ---- groups ----------------------------------------------------------------
 def group_view(d: dict) -> dict:
     return {"name": d["_id"], "rate": _num(d.get("rate", "1")),
-            "description": d.get("description", ""), "enabled": bool(d.get("enabled", True))}
+            "description": d.get("description", ""), "enabled": bool(d.get("enabled", True)),
+            "usable_groups": list(d.get("usable_groups") or [])}
 
 
 class GroupsHandler(ApiHandler):
     async def get(self) -> None:
-        """Signed-in users see the enabled groups (for the key form); admins all."""
-        self.require_user()
+        """Signed-in users see the enabled groups they may put keys in (for
+        the key form); admins all, with each group's usable_groups."""
+        user = self.require_user()
         flt = {} if self.is_admin() else {"enabled": True}
         docs = await self.store.db.groups.find(flt).sort("_id", 1).to_list(1000)
+        if not self.is_admin():
+            usable = User.from_doc(user).usable_set(self.ctx["catalog"].groups)
+            docs = [d for d in docs if d["_id"] in usable]
         self.ok([group_view(d) for d in docs])
 
     async def post(self) -> None:
@@ -50,7 +61,9 @@ class GroupsHandler(ApiHandler):
             raise ApiError(400, "A group name is 1-32 letters, digits, - or _.")
         doc = {"_id": name, "rate": _dec(body.get("rate", 1), "rate"),
                "description": str(body.get("description") or ""),
-               "enabled": bool(body.get("enabled", True)), "created_time": now()}
+               "enabled": bool(body.get("enabled", True)),
+               "usable_groups": group_list(self, body.get("usable_groups")),
+               "created_time": now()}
         try:
             await self.store.db.groups.insert_one(doc)
         except DuplicateKeyError:
@@ -69,6 +82,10 @@ class GroupsHandler(ApiHandler):
             update["description"] = str(body["description"])
         if "enabled" in body:
             update["enabled"] = bool(body["enabled"])
+        if "usable_groups" in body:
+            update["usable_groups"] = group_list(self, body["usable_groups"])
+        if not update:
+            raise ApiError(400, "Nothing to change.")
         doc = await self.store.db.groups.find_one_and_update({"_id": name}, {"$set": update},
                                                              return_document=True)
         if doc is None:
@@ -232,7 +249,7 @@ def channel_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
         out["groups"] = groups
     for f in ("priority", "weight"):
         if f in body:
-            out[f] = _int(body[f], f)
+            out[f] = _int(body[f], f, -10 ** 9, 10 ** 9)
     if out.get("weight", 1) < 0:
         raise ApiError(400, "weight cannot be negative.")
     if "model_mapping" in body:
@@ -274,7 +291,7 @@ class ChannelsHandler(ApiHandler):
         body = self.body_json()
         fields = channel_fields(self, body, creating=False)
         doc = await self.store.db.channels.find_one_and_update(
-            {"_id": _int(body.get("id"), "id")}, {"$set": fields}, return_document=True)
+            {"_id": ident(body.get("id"))}, {"$set": fields}, return_document=True)
         if doc is None:
             raise ApiError(404, f"No channel with id {body.get('id')}.")
         await self.ctx["catalog"].changed("channel", doc["_id"])
@@ -282,35 +299,36 @@ class ChannelsHandler(ApiHandler):
 
 
 class ChannelHandler(ChannelsHandler):
-    async def get(self, ident: str) -> None:
+    async def get(self, cid: str) -> None:
         self.require_admin()
-        doc = await self.store.db.channels.find_one({"_id": int(ident)})
+        doc = await self.store.db.channels.find_one({"_id": ident(cid)})
         if doc is None:
-            raise ApiError(404, f"No channel with id {ident}.")
+            raise ApiError(404, f"No channel with id {cid}.")
         self.ok(channel_view(self, doc))
 
-    async def delete(self, ident: str) -> None:
+    async def delete(self, cid: str) -> None:
         self.require_admin()
-        r = await self.store.db.channels.delete_one({"_id": int(ident)})
+        r = await self.store.db.channels.delete_one({"_id": ident(cid)})
         if not r.deleted_count:
-            raise ApiError(404, f"No channel with id {ident}.")
-        await self.ctx["catalog"].changed("channel", int(ident))
+            raise ApiError(404, f"No channel with id {cid}.")
+        await self.ctx["catalog"].changed("channel", ident(cid))
         self.ok(None, "Channel deleted.")
 
 
 class ChannelTestHandler(ApiHandler):
     """Send a one-token chat call through the channel and report the result."""
 
-    async def post(self, ident: str) -> None:
+    async def post(self, raw_id: str) -> None:
         self.require_admin()
         catalog = self.ctx["catalog"]
-        chan = next((c for c in catalog.channels if c.id == int(ident)), None)
+        cid = ident(raw_id)
+        chan = next((c for c in catalog.channels if c.id == cid), None)
         if chan is None:
-            doc = await self.store.db.channels.find_one({"_id": int(ident)})
+            doc = await self.store.db.channels.find_one({"_id": cid})
             if doc is None:
-                raise ApiError(404, f"No channel with id {ident}.")
+                raise ApiError(404, f"No channel with id {cid}.")
             await catalog.reload_channels()
-            chan = next((c for c in catalog.channels if c.id == int(ident)), None)
+            chan = next((c for c in catalog.channels if c.id == cid), None)
         body = self.body_json()
         model = body.get("model") or (chan.models[0] if chan and chan.models else "")
         if chan is None or not model:
@@ -338,7 +356,10 @@ class ChannelTestHandler(ApiHandler):
 
 # ---- redemption codes ------------------------------------------------------
 def redemption_view(d: dict) -> dict:
-    return {"id": d["_id"], "name": d.get("name", ""), "key": d["key"], "quota": d["quota"],
+    """A code as listed: only its masked hint; the code itself was shown once,
+    when it was made, and only a keyed hash of it is stored."""
+    return {"id": d["_id"], "name": d.get("name", ""), "key": d.get("key_hint", ""),
+            "quota": d["quota"],
             "status": d.get("status", 1), "created_time": d.get("created_time", 0),
             "redeemed_time": d.get("redeemed_time", 0), "used_user_id": d.get("used_user_id")}
 
@@ -351,29 +372,31 @@ class RedemptionsHandler(ApiHandler):
     async def post(self) -> None:
         self.require_admin()
         body = self.body_json()
-        quota = _int(body.get("quota"), "quota")
+        quota = _int(body.get("quota"), "quota", -MAX_QUOTA, MAX_QUOTA)
         count = _int(body.get("count", 1), "count")
         if quota <= 0:
             raise ApiError(400, "quota must be a positive whole number of units.")
         if not 1 <= count <= 1000:
             raise ApiError(400, "count must be between 1 and 1000.")
         name = str(body.get("name") or "").strip()[:64] or "code"
+        vault = self.ctx["vault"]
         codes = []
         for _ in range(count):
             key = secrets.token_hex(16)
             await self.store.db.redemptions.insert_one({
-                "_id": await self.store.next_id("redemptions"), "name": name, "key": key,
+                "_id": await self.store.next_id("redemptions"), "name": name,
+                "key_hash": vault.lookup_hash(key), "key_hint": mask(key, 4),
                 "quota": quota, "status": 1, "created_time": now()})
             codes.append(key)
-        self.ok(codes, f"{count} code(s) created.")
+        self.ok(codes, f"{count} code(s) created; copy them now, they are not shown again.")
 
 
 class RedemptionHandler(RedemptionsHandler):
-    async def delete(self, ident: str) -> None:
+    async def delete(self, rid: str) -> None:
         self.require_admin()
-        r = await self.store.db.redemptions.delete_one({"_id": int(ident), "status": 1})
+        r = await self.store.db.redemptions.delete_one({"_id": ident(rid), "status": 1})
         if not r.deleted_count:
-            raise ApiError(404, f"No unused code with id {ident}.")
+            raise ApiError(404, f"No unused code with id {rid}.")
         self.ok(None, "Code deleted.")
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from handlers.api_user import paged
-from handlers.base import ApiError, ApiHandler
+from handlers.base import ApiHandler
 from relay.pricing import USAGE_FIELDS
 
 # Every usage component (relay/pricing.USAGE_FIELDS) is shown and exported.
@@ -23,26 +23,22 @@ def log_filter(handler: ApiHandler, own_only: bool) -> dict:
     flt: dict = {}
     if own_only:
         flt["user_id"] = handler.current_user["_id"]
-    elif handler.get_argument("user_id", ""):
-        flt["user_id"] = int(handler.get_argument("user_id"))
+    else:
+        uid = handler.int_arg("user_id")
+        if uid is not None:
+            flt["user_id"] = uid
     for name in ("token_id", "channel_id", "status"):
-        v = handler.get_argument(name, "")
-        if v:
-            try:
-                flt[name] = int(v)
-            except ValueError:
-                raise ApiError(400, f"{name} must be a whole number.") from None
-    model = handler.get_argument("model", "")
+        v = handler.int_arg(name)
+        if v is not None:
+            flt[name] = v
+    model = handler.str_arg("model", max_len=200)
     if model:
         flt["model"] = model
     rng = {}
     for arg, op in (("start", "$gte"), ("end", "$lt")):
-        v = handler.get_argument(arg, "")
-        if v:
-            try:
-                rng[op] = float(v)
-            except ValueError:
-                raise ApiError(400, f"{arg} must be a unix timestamp.") from None
+        v = handler.float_arg(arg, None, 0, 1e11)
+        if v is not None:
+            rng[op] = v
     if rng:
         flt["created_at"] = rng
     return flt

@@ -3,10 +3,9 @@ delivery history, announcements and personal-push binding.  Thin: each
 handler parses, calls the Notifier (notify/service.py) and writes."""
 from __future__ import annotations
 
-import json
-
 from handlers.api_user import page_args
 from handlers.base import ApiError, ApiHandler
+from handlers.base import ident as parse_ident
 from notify.push_binding import BindError
 from notify.service import announcement_view
 from notify.subscriptions import Invalid
@@ -21,10 +20,9 @@ class NotifyHandler(ApiHandler):
 
     async def own_subscription(self, ident) -> dict:
         user = self.require_user()
-        try:
-            sub_id = int(ident)
-        except (TypeError, ValueError):
-            raise ApiError(400, "id must be a subscription id (a number).") from None
+        if ident is None:
+            raise ApiError(400, "id must be a subscription id (a number).")
+        sub_id = parse_ident(ident)
         doc = await self.notifier.subs.get(sub_id)
         if doc is None or (doc["user_id"] != user["_id"] and not self.is_admin()):
             raise ApiError(404, f"There is no subscription {sub_id}.")
@@ -87,6 +85,7 @@ class PreviewHandler(NotifyHandler):
         try:
             # The form's thresholds and keys, as the saved subscription would have them.
             targets = await self.notifier.subs.clean_targets(user, body)
+            # The template renders on the template thread (notify/templates.run).
             result = await self.notifier.preview(
                 user, str(body.get("channel_type") or ""), cfg,
                 str(body.get("event_type") or "announcement"), targets)
@@ -157,12 +156,7 @@ class PushCallbackHandler(NotifyHandler):
     """Called by the push service, not by a signed-in user."""
 
     async def post(self) -> None:
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise ApiError(400, "The callback body is not JSON.") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "The callback body must be a JSON object.")
+        body = self.body_json()
         try:
             result = await self.notifier.binding.callback(body, self.get_argument("token", ""))
         except BindError as exc:

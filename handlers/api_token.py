@@ -10,11 +10,12 @@ import re
 import time
 
 from handlers.api_user import _int, limit_fields, paged
-from handlers.base import ApiError, ApiHandler
-from models.records import (BILLING_MODES, LIMIT_FIELDS, TOKEN_DISABLED, TOKEN_ENABLED,
-                            TOKEN_EXHAUSTED, TOKEN_EXPIRED, parse_networks)
+from handlers.base import ApiError, ApiHandler, ident
+from models.records import (BILLING_MODES, LIMIT_FIELDS, MAX_QUOTA, TOKEN_DISABLED, TOKEN_ENABLED,
+                            TOKEN_EXHAUSTED, TOKEN_EXPIRED, User, parse_networks)
 from models.secrets import mask, new_api_key
 from models.store import now
+from relay import jsonin
 from relay.billing import TOKEN
 
 
@@ -46,19 +47,19 @@ def clean_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
     """Validate the writable fields present in body."""
     out: dict = {}
     if "name" in body or creating:
-        name = str(body.get("name") or "").strip() or "default"
+        name = jsonin.text(body.get("name"), "name", 1000).strip() or "default"
         if len(name) > 64:
             raise ApiError(400, "The key name is longer than 64 characters.")
         out["name"] = name
     if "unlimited_quota" in body:
         out["unlimited_quota"] = bool(body["unlimited_quota"])
     if "expired_time" in body:
-        exp = _int(body["expired_time"], "expired_time")
+        exp = _int(body["expired_time"], "expired_time", -1, 2 ** 40)
         if exp not in (-1, 0) and exp <= time.time():
             raise ApiError(400, "expired_time is in the past; use -1 for never.")
         out["expired_time"] = -1 if exp == 0 else exp
     if "group" in body:
-        group = str(body["group"] or "").strip()
+        group = jsonin.text(body["group"], "group", 64).strip()
         g = handler.ctx["catalog"].groups.get(group)
         if g is None:
             raise ApiError(400, f"There is no group named {group!r}.")
@@ -78,8 +79,9 @@ def clean_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
         out["model_limits_enabled"] = bool(body["model_limits_enabled"])
     if "model_limits" in body:
         raw = body["model_limits"] or []
-        items = raw if isinstance(raw, list) else str(raw).split(",")
-        out["model_limits"] = sorted({str(m).strip() for m in items if str(m).strip()})
+        items = raw if isinstance(raw, list) else jsonin.text(raw, "model_limits", 100_000).split(",")
+        names = {jsonin.text(m, "model_limits", 200).strip() for m in items}
+        out["model_limits"] = sorted(n for n in names if n)
     if "billing_mode" in body:
         if body["billing_mode"] not in BILLING_MODES:
             raise ApiError(400, "billing_mode must be per_token or per_call.")
@@ -95,7 +97,7 @@ def clean_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
 class TokensHandler(ApiHandler):
     def scope(self) -> dict:
         user = self.require_user()
-        if self.is_admin() and self.get_argument("all", "") in ("1", "true"):
+        if self.is_admin() and self.flag_arg("all"):
             return {}
         return {"user_id": user["_id"]}
 
@@ -113,9 +115,8 @@ class TokensHandler(ApiHandler):
         fields.setdefault("group", user.get("group") or "default")
         if fields["group"] not in self.ctx["catalog"].groups:
             raise ApiError(400, f"There is no group named {fields['group']!r}.")
-        remain = _int(body.get("remain_quota", 0), "remain_quota")
-        if remain < 0:
-            raise ApiError(400, "remain_quota cannot be negative.")
+        self.check_usable(user, fields["group"])
+        remain = _int(body.get("remain_quota", 0), "remain_quota", 0, MAX_QUOTA)
         key = new_api_key()
         vault = self.ctx["vault"]
         doc = {"_id": await self.store.next_id("tokens"), "user_id": user["_id"],
@@ -131,40 +132,48 @@ class TokensHandler(ApiHandler):
         self.require_user()
         body = self.body_json()
         doc = await self.owned(body.get("id"))
-        if self.get_argument("status_only", "") in ("1", "true"):
+        status_only = self.flag_arg("status_only")
+        if status_only:
             body = {"status": body.get("status")}
         fields = clean_fields(self, body, creating=False)
+        if "group" in fields:
+            owner = (self.current_user if doc["user_id"] == self.current_user["_id"]
+                     else await self.store.db.users.find_one({"_id": doc["user_id"]}) or {})
+            self.check_usable(owner, fields["group"])
         if fields:
             await self.store.db.tokens.update_one({"_id": doc["_id"]}, {"$set": fields})
-        if "remain_quota" in body and self.get_argument("status_only", "") not in ("1", "true"):
-            target = _int(body["remain_quota"], "remain_quota")
-            if target < 0:
-                raise ApiError(400, "remain_quota cannot be negative.")
+        if "remain_quota" in body and not status_only:
+            target = _int(body["remain_quota"], "remain_quota", 0, MAX_QUOTA)
             await self.ctx["billing"].set_remaining(TOKEN, doc["_id"], target)
         await self.ctx["catalog"].changed("token", doc["key_hash"])
         doc = await self.store.db.tokens.find_one({"_id": doc["_id"]})
         self.ok(token_view(self, doc, reveal=doc["user_id"] == self.current_user["_id"]), "Saved.")
 
-    async def owned(self, ident) -> dict:
-        try:
-            ident = int(ident)
-        except (TypeError, ValueError):
-            raise ApiError(400, "Give the key's id.") from None
-        doc = await self.store.db.tokens.find_one({"_id": ident})
+    def check_usable(self, owner: dict, group: str) -> None:
+        """403 unless the key's owner may put keys in `group` (usable groups)."""
+        if owner and not User.from_doc(owner).may_use(group, self.ctx["catalog"].groups):
+            raise ApiError(403, f"The group {group!r} is not one this key's owner may use; "
+                                "an administrator decides which groups each user may use.")
+
+    async def owned(self, raw) -> dict:
+        if raw is None:
+            raise ApiError(400, "Give the key's id.")
+        tid = ident(raw)
+        doc = await self.store.db.tokens.find_one({"_id": tid})
         if doc is None or (doc["user_id"] != self.current_user["_id"] and not self.is_admin()):
-            raise ApiError(404, f"No key with id {ident}.")
+            raise ApiError(404, f"No key with id {tid}.")
         return doc
 
 
 class TokenHandler(TokensHandler):
-    async def get(self, ident: str) -> None:
+    async def get(self, tid: str) -> None:
         self.require_user()
-        doc = await self.owned(ident)
+        doc = await self.owned(tid)
         self.ok(token_view(self, doc, reveal=doc["user_id"] == self.current_user["_id"]))
 
-    async def delete(self, ident: str) -> None:
+    async def delete(self, tid: str) -> None:
         self.require_user()
-        doc = await self.owned(ident)
+        doc = await self.owned(tid)
         await self.store.db.tokens.delete_one({"_id": doc["_id"]})
         await self.ctx["catalog"].changed("token", doc["key_hash"])
         await self.ctx["responses"].records.delete_for_token(doc["_id"])
@@ -174,7 +183,7 @@ class TokenHandler(TokensHandler):
 class TokenSearchHandler(TokensHandler):
     async def get(self) -> None:
         flt = self.scope()
-        kw = self.get_argument("keyword", "").strip()
+        kw = self.str_arg("keyword", max_len=200).strip()
         if kw.startswith("sk-"):
             flt["key_hash"] = self.ctx["vault"].lookup_hash(kw)
         elif kw:

@@ -1,25 +1,26 @@
 """/api/user: sign-in, the caller's own account, top-up, and user admin."""
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import time
 
-from cachetools import TTLCache
-
-from handlers.base import ApiError, ApiHandler
-from models.passwords import hash_password, needs_update, password_problem, verify_password
-from models.records import (LIMIT_FIELDS, ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED,
-                            USER_ENABLED)
-from models.seed import reset_fields, temporary_password
+from handlers.base import ApiError, ApiHandler, ident
+from handlers.login_throttle import LoginThrottle
+from models.passwords import (hash_password_async, needs_update, password_problem,
+                              verify_password_async)
+from models.records import (LIMIT_FIELDS, MAX_QUOTA, ROLE_ADMIN, ROLE_ROOT, ROLE_USER,
+                            USER_DISABLED, USER_ENABLED)
+from models.seed import end_sessions, reset_fields, temporary_password
 from models.store import DuplicateKeyError, now
+from relay import jsonin
 from relay.billing import USER
 
-# Failed sign-ins allowed per 10 minutes: per (address, name), and per
-# address over all names (guessing many accounts from one place).
-MAX_FAILURES = 5
-MAX_FAILURES_PER_IP = 30
-_failures: TTLCache = TTLCache(maxsize=100_000, ttl=600)
+# A browser that signed in to an account before: its sign-in attempts are
+# throttled per device (handlers/login_throttle.py).
+DEVICE_COOKIE = "device"
+DEVICE_NAMES = 5  # accounts one browser remembers
 
 _USERNAME = re.compile(r"^[A-Za-z0-9_.\-@]{2,64}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -33,6 +34,7 @@ def user_view(handler: ApiHandler, doc: dict) -> dict:
             "quota": remaining, "used_quota": used, "created_time": doc.get("created_time", 0),
             "marketing_opt_in": bool(doc.get("marketing_opt_in")),
             "must_change_password": bool(doc.get("must_change_password")),
+            "usable_groups": doc.get("usable_groups"),
             **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS}}
 
 
@@ -42,10 +44,12 @@ async def registration_open(handler: ApiHandler) -> bool:
 
 
 def validate_new_user(body: dict, groups: dict) -> dict:
-    username = str(body.get("username") or "").strip()
-    password = str(body.get("password") or "")
-    email = str(body.get("email") or "").strip().lower()
-    group = str(body.get("group") or "default")
+    """The fields of a new user; the password is checked but not yet hashed
+    (`password`: hash it with hash_password_async before storing)."""
+    username = jsonin.text(body.get("username"), "username", 200).strip()
+    password = jsonin.text(body.get("password"), "password", 2000)
+    email = jsonin.text(body.get("email"), "email", 320).strip().lower()
+    group = jsonin.text(body.get("group"), "group", 64) or "default"
     if not _USERNAME.match(username) or "@" in username:
         raise ApiError(400, "The user name must be 2-64 letters, digits or _.- characters.")
     problem = password_problem(password, username, email)
@@ -55,12 +59,14 @@ def validate_new_user(body: dict, groups: dict) -> dict:
         raise ApiError(400, f"Not an e-mail address: {email!r}.")
     if group not in groups:
         raise ApiError(400, f"There is no group named {group!r}.")
-    return {"username": username, "password_hash": hash_password(password), "email": email,
-            "group": group}
+    return {"username": username, "password": password, "email": email, "group": group}
 
 
 async def insert_user(handler: ApiHandler, fields: dict, role: int = ROLE_USER) -> dict:
     db = handler.store.db
+    fields = dict(fields)
+    if "password" in fields:
+        fields["password_hash"] = await hash_password_async(fields.pop("password"))
     if fields["email"] and await db.users.find_one({"email": fields["email"]}, {"_id": 1}):
         raise ApiError(409, "That e-mail address is already registered.")
     doc = {"_id": await handler.store.next_id("users"), "display_name": fields["username"],
@@ -76,38 +82,100 @@ async def insert_user(handler: ApiHandler, fields: dict, role: int = ROLE_USER) 
 class LoginHandler(ApiHandler):
     async def post(self) -> None:
         body = self.body_json()
-        name = str(body.get("username") or "").strip()
-        password = str(body.get("password") or "")
+        name = jsonin.text(body.get("username"), "username", 320).strip()
+        password = jsonin.text(body.get("password"), "password", 2000)
         if not name or not password:
             raise ApiError(400, "Enter a user name (or e-mail address) and a password.")
-        keys = (("pair", self.client_ip(), name.lower()), ("ip", self.client_ip()))
-        if (_failures.get(keys[0], 0) >= MAX_FAILURES
-                or _failures.get(keys[1], 0) >= MAX_FAILURES_PER_IP):
-            raise ApiError(429, "Too many failed sign-in attempts; wait 10 minutes and try again.")
+        throttle = LoginThrottle(self.store)
+        device = self._device()
+        keys = throttle.keys(name, self.client_ip(),
+                             f"{device['d']}:{name.lower()}" if name.lower() in device["u"] else None)
+        wait = await throttle.retry_after(keys)
+        if wait:
+            raise ApiError(429, f"Too many failed sign-ins: try again in {_duration(wait)}.",
+                           retry_after=wait)
         db = self.store.db
         doc = await db.users.find_one({"username": name})
         if doc is None and "@" in name:
             doc = await db.users.find_one({"email": name.lower()})
-        if doc is None or not verify_password(password, doc.get("password_hash", "")):
-            for k in keys:
-                _failures[k] = _failures.get(k, 0) + 1
+        # A missing user costs a hash too, so that timing does not tell
+        # which names exist.
+        if not await verify_password_async(password, doc.get("password_hash", "") if doc else ""):
+            await throttle.failed(keys)
             raise ApiError(401, "Wrong user name or password.")
         if doc.get("status", USER_ENABLED) != USER_ENABLED:
             raise ApiError(403, "This account is disabled.")
-        _failures.pop(keys[0], None)
+        await throttle.succeeded(keys)
         if needs_update(doc["password_hash"]):
             await db.users.update_one({"_id": doc["_id"]},
-                                      {"$set": {"password_hash": hash_password(password)}})
-        csrf = self.start_session(doc)
+                                      {"$set": {"password_hash": await hash_password_async(password)}})
+        self._remember_device(device, name.lower())
+        csrf = await self.start_session(doc)
         self.ok({**user_view(self, doc), "csrf_token": csrf}, "Signed in.")
+
+    def _device(self) -> dict:
+        raw = self.get_signed_cookie(DEVICE_COOKIE, max_age_days=400)
+        try:
+            doc = json.loads(raw) if raw else None
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or not isinstance(doc.get("u"), list):
+            return {"d": secrets.token_urlsafe(12), "u": []}
+        return {"d": str(doc.get("d") or secrets.token_urlsafe(12)), "u": doc["u"]}
+
+    def _remember_device(self, device: dict, name: str) -> None:
+        names = [name] + [n for n in device["u"] if n != name][:DEVICE_NAMES - 1]
+        self.set_signed_cookie(DEVICE_COOKIE, json.dumps({"d": device["d"], "u": names}),
+                               expires_days=365, httponly=True, samesite="Lax",
+                               secure=self.secure_cookies, path="/api/user/login")
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 60:
+        return f"{seconds} second{'s' if seconds != 1 else ''}"
+    minutes = (seconds + 59) // 60
+    return f"{minutes} minute{'s' if minutes != 1 else ''}"
 
 
 class LogoutHandler(ApiHandler):
-    async def post(self) -> None:
-        self.end_session()
-        self.ok(None, "Signed out.")
+    """POST only (a GET could be triggered by any page); with
+    {"everywhere": true} it ends every session of the user."""
 
-    get = post
+    async def post(self) -> None:
+        body = self.body_json()
+        everywhere = jsonin.flag(body.get("everywhere", False), "everywhere")
+        if everywhere:
+            await self.end_all_sessions(self.require_user())
+        await self.end_session()
+        self.ok(None, "Signed out everywhere." if everywhere else "Signed out.")
+
+
+class SessionsHandler(ApiHandler):
+    """The caller's signed-in sessions (browsers)."""
+
+    async def get(self) -> None:
+        user = self.require_user()
+        docs = await self.store.db.sessions.find(
+            {"uid": user["_id"], "exp": {"$gt": time.time()},
+             "epoch": user.get("session_epoch", 0)}).to_list(200)
+        docs.sort(key=lambda d: d.get("created", 0), reverse=True)
+        self.ok([{"id": d["_id"][:16], "created": int(d.get("created", 0)),
+                  "expires": int(d.get("exp", 0)), "ip": d.get("ip", ""),
+                  "agent": d.get("agent", ""), "current": d["_id"] == self._session.get("_id")}
+                 for d in docs])
+
+
+class SessionHandler(ApiHandler):
+    """Ending one of the caller's sessions (by the id the list shows)."""
+
+    async def delete(self, sid: str) -> None:
+        user = self.require_user()
+        docs = await self.store.db.sessions.find({"uid": user["_id"]}).to_list(1000)
+        match = [d for d in docs if d["_id"][:16] == sid]
+        if not match:
+            raise ApiError(404, "No such session.")
+        await self.store.db.sessions.delete_one({"_id": match[0]["_id"]})
+        self.ok(None, "Session ended.")
 
 
 class RegisterHandler(ApiHandler):
@@ -140,7 +208,7 @@ class SelfHandler(ApiHandler):
                 raise ApiError(400, f"Not an e-mail address: {email!r}.")
             update["email"] = email
         if body.get("password"):
-            update.update(self.new_password(user, body, update.get("email")))
+            update.update(await self.new_password(user, body, update.get("email")))
         if not update:
             raise ApiError(400, "Nothing to change.")
         inc = {"session_epoch": 1} if "password_hash" in update else {}
@@ -149,30 +217,36 @@ class SelfHandler(ApiHandler):
             return_document=True)
         await self.ctx["catalog"].changed("user", user["_id"])
         if inc:
-            self.start_session(doc)
+            # Every other session ends with the old password; this one goes on.
+            await end_sessions(self.store, user["_id"])
+            self.set_header("X-CSRF-Token", await self.start_session(doc))
         self.ok(user_view(self, doc), "Password changed." if inc else "Saved.")
 
     @staticmethod
-    def new_password(user: dict, body: dict, email: str | None) -> dict:
+    async def new_password(user: dict, body: dict, email: str | None) -> dict:
         """The fields that set the caller's own new password, after checking
         the current one; also clears a reset's must-change flag."""
-        password = str(body["password"])
+        password = jsonin.text(body["password"], "password", 2000)
+        original = jsonin.text(body.get("original_password"), "original_password", 2000)
         current = user.get("password_hash", "")
-        if not verify_password(str(body.get("original_password") or ""), current):
+        if not await verify_password_async(original, current):
             raise ApiError(403, "The current password is wrong.")
-        if verify_password(password, current):
-            raise ApiError(400, "The new password must differ from the current one.")
         problem = password_problem(password, user.get("username", ""),
                                    email if email is not None else user.get("email", ""))
         if problem:
             raise ApiError(400, problem)
-        return {"password_hash": hash_password(password), "must_change_password": False}
+        if password == original:
+            raise ApiError(400, "The new password must differ from the current one.")
+        return {"password_hash": await hash_password_async(password),
+                "must_change_password": False}
 
 
 class AccessTokenHandler(ApiHandler):
-    """A new access token for `Authorization: Bearer` on /api (replaces the old)."""
+    """A new access token for `Authorization: Bearer` on /api (replaces the
+    old).  POST only, and from a session only with the CSRF header: a page
+    elsewhere must not be able to rotate it."""
 
-    async def get(self) -> None:
+    async def post(self) -> None:
         user = self.require_user()
         token = "at-" + secrets.token_urlsafe(32)
         await self.store.db.users.update_one(
@@ -180,22 +254,21 @@ class AccessTokenHandler(ApiHandler):
             {"$set": {"access_token_hash": self.ctx["vault"].lookup_hash(token)}})
         self.ok(token)
 
-    post = get
-
 
 class TopupHandler(ApiHandler):
     async def post(self) -> None:
         user = self.require_user()
-        code = str(self.body_json().get("key") or "").strip()
+        code = jsonin.text(self.body_json().get("key"), "key", 200).strip()
         if not code:
             raise ApiError(400, "Enter a redemption code.")
         db = self.store.db
+        code_hash = self.ctx["vault"].lookup_hash(code)
         doc = await db.redemptions.find_one_and_update(
-            {"key": code, "status": 1},
+            {"key_hash": code_hash, "status": 1},
             {"$set": {"status": 3, "used_user_id": user["_id"], "redeemed_time": now()}},
             return_document=True)
         if doc is None:
-            used = await db.redemptions.find_one({"key": code}, {"status": 1})
+            used = await db.redemptions.find_one({"key_hash": code_hash}, {"status": 1})
             if used is None:
                 raise ApiError(404, "No such redemption code.")
             raise ApiError(409, "This redemption code has already been used.")
@@ -211,11 +284,12 @@ class TopupHandler(ApiHandler):
 
 # ---- admin ----------------------------------------------------------------
 def page_args(handler: ApiHandler) -> tuple[int, int]:
-    try:
-        p = int(handler.get_argument("p", "1"))
-        size = int(handler.get_argument("size", handler.get_argument("page_size", "20")))
-    except ValueError:
-        raise ApiError(400, "p and size must be whole numbers.") from None
+    """p (from 1) and size (1-200); out-of-range small values are clamped as
+    new-api clients expect, values no page could have are refused."""
+    p = handler.int_arg("p", 1, -10 ** 9, 10 ** 9)
+    size = handler.int_arg("size", None, -10 ** 9, 10 ** 9)
+    if size is None:
+        size = handler.int_arg("page_size", 20, -10 ** 9, 10 ** 9)
     return max(p, 1), min(max(size, 1), 200)
 
 
@@ -231,7 +305,7 @@ class UsersHandler(ApiHandler):
     async def get(self) -> None:
         self.require_admin()
         flt: dict = {}
-        kw = self.get_argument("keyword", "").strip()
+        kw = self.str_arg("keyword", max_len=200).strip()
         if kw:
             rx = {"$regex": re.escape(kw), "$options": "i"}
             flt = {"$or": [{"username": rx}, {"email": rx}]}
@@ -241,7 +315,7 @@ class UsersHandler(ApiHandler):
         admin = self.require_admin()
         body = self.body_json()
         fields = validate_new_user(body, self.ctx["catalog"].groups)
-        role = int(body.get("role") or ROLE_USER)
+        role = _int(body.get("role") or ROLE_USER, "role")
         if role not in (ROLE_USER, ROLE_ADMIN) or (role >= ROLE_ADMIN and admin["role"] < ROLE_ROOT):
             raise ApiError(403, "Only root can create administrators.")
         doc = await insert_user(self, fields, role)
@@ -253,9 +327,16 @@ class UsersHandler(ApiHandler):
         target = await self._target(admin, body.get("id"))
         update: dict = {}
         if "group" in body:
-            if body["group"] not in self.ctx["catalog"].groups:
+            if not isinstance(body["group"], str) or body["group"] not in self.ctx["catalog"].groups:
                 raise ApiError(400, f"There is no group named {body['group']!r}.")
             update["group"] = body["group"]
+        unset = {}
+        if "usable_groups" in body:
+            # null: the user group's list applies again.
+            if body["usable_groups"] is None:
+                unset["usable_groups"] = ""
+            else:
+                update["usable_groups"] = group_list(self, body["usable_groups"])
         for f in ("display_name",):
             if f in body:
                 update[f] = str(body[f])
@@ -267,10 +348,12 @@ class UsersHandler(ApiHandler):
         if "status" in body:
             if body["status"] not in (USER_ENABLED, USER_DISABLED):
                 raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
+            if body["status"] == USER_DISABLED:
+                _not_yourself(admin, target, "disable")
             update["status"] = body["status"]
         reset: dict = {}
         if body.get("password"):
-            password = str(body["password"])
+            password = jsonin.text(body["password"], "password", 2000)
             problem = password_problem(password, target.get("username", ""),
                                        update.get("email", target.get("email", "")))
             if problem:
@@ -278,45 +361,53 @@ class UsersHandler(ApiHandler):
             if target["_id"] == admin["_id"]:
                 raise ApiError(400, "Change your own password on your account page "
                                     "(PUT /api/user/self with original_password).")
-            # The user must replace a password somebody else chose.
-            reset = reset_fields(password)
+            # The user must replace a password somebody else chose, and is
+            # signed out everywhere.
+            reset = await reset_fields(password)
         update.update(limit_fields(body))
-        if not update and not reset and "quota" not in body:
+        if not update and not unset and not reset and "quota" not in body:
             raise ApiError(400, "Nothing to change.")
-        if update or reset:
+        if update or unset or reset:
             change = {**reset, "$set": {**reset.get("$set", {}), **update}}
+            if unset:
+                change["$unset"] = {**change.get("$unset", {}), **unset}
+            if not change["$set"]:
+                del change["$set"]
             await self.store.db.users.update_one({"_id": target["_id"]}, change)
+        if reset:
+            await end_sessions(self.store, target["_id"])
         if "quota" in body:
-            await self.ctx["billing"].set_remaining(USER, target["_id"], _int(body["quota"], "quota"))
+            await self.ctx["billing"].set_remaining(USER, target["_id"],
+                                                    _int(body["quota"], "quota", 0, MAX_QUOTA))
         await self.ctx["catalog"].changed("user", target["_id"])
         doc = await self.store.db.users.find_one({"_id": target["_id"]})
         self.ok(user_view(self, doc), "Saved.")
 
-    async def _target(self, admin: dict, ident) -> dict:
-        try:
-            ident = int(ident)
-        except (TypeError, ValueError):
-            raise ApiError(400, "Give the user's id.") from None
-        doc = await self.store.db.users.find_one({"_id": ident})
+    async def _target(self, admin: dict, raw) -> dict:
+        if raw is None:
+            raise ApiError(400, "Give the user's id.")
+        uid = ident(raw)
+        doc = await self.store.db.users.find_one({"_id": uid})
         if doc is None:
-            raise ApiError(404, f"No user with id {ident}.")
+            raise ApiError(404, f"No user with id {uid}.")
         if doc.get("role", 0) >= admin.get("role", 0) and doc["_id"] != admin["_id"]:
             raise ApiError(403, "You cannot change a user of your own rank or higher.")
         return doc
 
 
 class UserHandler(UsersHandler):
-    async def get(self, ident: str) -> None:
+    async def get(self, uid: str) -> None:
         self.require_admin()
-        doc = await self.store.db.users.find_one({"_id": int(ident)})
+        doc = await self.store.db.users.find_one({"_id": ident(uid)})
         if doc is None:
-            raise ApiError(404, f"No user with id {ident}.")
+            raise ApiError(404, f"No user with id {uid}.")
         self.ok(user_view(self, doc))
 
-    async def delete(self, ident: str) -> None:
+    async def delete(self, uid: str) -> None:
         """Disabling, not deleting: usage records keep pointing at the user."""
         admin = self.require_admin()
-        target = await self._target(admin, ident)
+        target = await self._target(admin, uid)
+        _not_yourself(admin, target, "disable")
         await self.store.db.users.update_one({"_id": target["_id"]},
                                              {"$set": {"status": USER_DISABLED}})
         await self.ctx["catalog"].changed("user", target["_id"])
@@ -339,6 +430,8 @@ class ManageUserHandler(UsersHandler):
             raise ApiError(400, "action must be enable, disable, promote or demote.")
         if action in ("promote", "demote") and admin["role"] < ROLE_ROOT:
             raise ApiError(403, "Only root can change roles.")
+        if action in ("disable", "demote"):
+            _not_yourself(admin, target, action)
         await self.store.db.users.update_one({"_id": target["_id"]}, {"$set": update})
         await self.ctx["catalog"].changed("user", target["_id"])
         doc = await self.store.db.users.find_one({"_id": target["_id"]})
@@ -349,13 +442,15 @@ class ResetPasswordHandler(UsersHandler):
     """A new temporary password for a user, shown to the administrator once;
     the user must replace it at the next sign-in (sessions end now)."""
 
-    async def post(self, ident: str) -> None:
+    async def post(self, uid: str) -> None:
         admin = self.require_admin()
-        target = await self._target(admin, ident)
+        target = await self._target(admin, uid)
         if target["_id"] == admin["_id"]:
             raise ApiError(400, "Change your own password on your account page.")
         password = temporary_password()
-        await self.store.db.users.update_one({"_id": target["_id"]}, reset_fields(password))
+        await self.store.db.users.update_one({"_id": target["_id"]},
+                                             await reset_fields(password))
+        await end_sessions(self.store, target["_id"])
         await self.ctx["catalog"].changed("user", target["_id"])
         self.ok({"id": target["_id"], "username": target.get("username", ""),
                  "password": password},
@@ -365,18 +460,18 @@ class ResetPasswordHandler(UsersHandler):
 class AdjustQuotaHandler(UsersHandler):
     """Add or remove balance with a reason; kept in the ledger."""
 
-    async def post(self, ident: str) -> None:
+    async def post(self, uid: str) -> None:
         admin = self.require_admin()
         body = self.body_json()
-        amount = _int(body.get("amount"), "amount")
+        amount = _int(body.get("amount"), "amount", -MAX_QUOTA, MAX_QUOTA)
         reason = str(body.get("reason") or "").strip()
         if not amount:
             raise ApiError(400, "amount must be a non-zero whole number of quota units.")
         if not reason:
             raise ApiError(400, "Give a reason for the adjustment.")
-        target = await self.store.db.users.find_one({"_id": int(ident)})
+        target = await self.store.db.users.find_one({"_id": ident(uid)})
         if target is None:
-            raise ApiError(404, f"No user with id {ident}.")
+            raise ApiError(404, f"No user with id {uid}.")
         ok = await self.ctx["billing"].credit(
             USER, target["_id"], amount, f"admin {admin['username']}: {reason}",
             ledger_id=f"adjust:{target['_id']}:{time.time_ns()}")
@@ -398,21 +493,37 @@ def limit_fields(body: dict) -> dict:
     return out
 
 
-def _int(value, name: str) -> int:
-    if isinstance(value, bool):
-        raise ApiError(400, f"{name} must be a whole number.")
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ApiError(400, f"{name} must be a whole number.") from None
-    if f != int(f):
-        raise ApiError(400, f"{name} must be a whole number.")
-    return int(f)
+def _not_yourself(admin: dict, target: dict, action: str) -> None:
+    # The last administrator could otherwise lock everyone out.
+    if target["_id"] == admin["_id"]:
+        raise ApiError(400, f"You cannot {action} your own account.")
+
+
+def group_list(handler: ApiHandler, value, field: str = "usable_groups") -> list[str]:
+    """A list of existing group names (a JSON list, or names separated by commas)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = value.replace("\n", ",").split(",")
+    if not isinstance(value, list):
+        raise ApiError(400, f"{field} must be a list of group names.")
+    names = {jsonin.text(v, field, 64).strip() for v in value} - {""}
+    unknown = sorted(g for g in names if g not in handler.ctx["catalog"].groups)
+    if unknown:
+        raise ApiError(400, f"{field}: there is no group named {unknown[0]!r}.")
+    return sorted(names)
+
+
+def _int(value, name: str, lo: int = jsonin.INT64_MIN, hi: int = jsonin.INT64_MAX) -> int:
+    """A whole-number field (relay/jsonin.whole; BadInput is a 400 naming it)."""
+    return jsonin.whole(value, name, lo, hi)
 
 
 default_handlers = [
     (r"/api/user/login/?", LoginHandler),
     (r"/api/user/logout/?", LogoutHandler),
+    (r"/api/user/sessions/?", SessionsHandler),
+    (r"/api/user/sessions/([A-Za-z0-9]+)/?", SessionHandler),
     (r"/api/user/register/?", RegisterHandler),
     (r"/api/user/self/?", SelfHandler),
     (r"/api/user/token/?", AccessTokenHandler),

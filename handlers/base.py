@@ -5,53 +5,52 @@ billing, service, bus, vault, settings), never from module globals.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
-import time
 from typing import Any
 
 import tornado.web
 from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 
+from handlers.sessions import SessionMixin, session_user  # noqa: F401 (shared from here)
 from models.records import ROLE_ADMIN, USER_ENABLED
+from relay import jsonin
+from relay.buglog import log_bug
 from relay.errors import RelayError, render
 from relay.upstream import Cancel
 
 log = logging.getLogger("relay.handlers")
 
-SESSION_COOKIE = "session"
 CSRF_HEADER = "X-CSRF-Token"
 UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
+# /api bodies are small JSON documents; a bigger one is read and dropped (up
+# to four times this, so that the client reads our 413 rather than a reset)
+# and answered with 413.
+API_MAX_BODY_MB = 8
+API_MAX_BODY = API_MAX_BODY_MB * 1024 * 1024
+
+
+def log_unexpected(handler, value) -> None:
+    """One uncaught exception (a bug): relay/buglog.py decides how much to log."""
+    log_bug(log, f"{handler.request.method} {handler.request.path} ({handler.request_id})", value)
+
+
+def ident(value, field: str = "id") -> int:
+    """A record id from a path or a body: a whole number MongoDB can hold."""
+    return jsonin.whole(value, field, 0, jsonin.INT64_MAX)
+
+
+def is_intended(value) -> bool:
+    """An error raised on purpose (a refusal, an upstream that failed), as
+    opposed to a bug: its answer says all there is; the access log has its line."""
+    return isinstance(value, (ApiError, RelayError, jsonin.BadInput, tornado.web.HTTPError))
 
 
 def new_request_id() -> str:
     return "req_" + secrets.token_hex(12)
-
-
-async def session_user(handler: tornado.web.RequestHandler) -> tuple[dict | None, dict]:
-    """The enabled user behind the signed `session` cookie, and the session.
-
-    Shared by the /api handlers, the console pages and the console
-    websocket.  Returns (None, {}) when there is no valid session: no or a
-    forged cookie, expired, user disabled, or signed out everywhere.
-    """
-    raw = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=30)
-    if not raw:
-        return None, {}
-    try:
-        sess = json.loads(raw)
-    except ValueError:
-        return None, {}
-    if not isinstance(sess, dict) or sess.get("exp", 0) < time.time():
-        return None, {}
-    doc = await handler.application.settings["store"].db.users.find_one({"_id": sess.get("uid")})
-    if not doc or doc.get("status", USER_ENABLED) != USER_ENABLED:
-        return None, {}
-    if doc.get("session_epoch", 0) != sess.get("epoch", 0):
-        return None, {}  # signed out everywhere, or password changed
-    return doc, sess
 
 
 class Base(tornado.web.RequestHandler):
@@ -79,14 +78,93 @@ class Base(tornado.web.RequestHandler):
         # Tornado's own check is replaced per family below.
         return None
 
+    def log_exception(self, typ, value, tb) -> None:
+        # A refusal is already one line in the access log; only bugs go on.
+        if not is_intended(value):
+            log_unexpected(self, value)
 
-class ApiHandler(Base):
-    """JSON under /api: every reply is {"success", "message", "data"}."""
+
+HTTP_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def _not_allowed(self, *args, **kwargs):
+    raise tornado.web.HTTPError(405)
+
+
+_not_allowed._not_allowed = True
+
+
+def _after_body(method):
+    """Wraps each HTTP method of an ApiHandler.  prepare() runs before the
+    body is read, and an answer sent then would leave the client writing
+    into a closed connection; so its refusals wait here, until the body is
+    in (a body over the limit was read and dropped, and gets 413)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self._oversized:
+            raise ApiError(413, f"The request body is larger than the limit of "
+                                f"{API_MAX_BODY_MB} MB for /api.")
+        if self._refused is not None:
+            raise self._refused
+        return method(self, *args, **kwargs)
+    wrapper._sized = True
+    return wrapper
+
+
+@tornado.web.stream_request_body
+class ApiHandler(SessionMixin, Base):
+    """JSON under /api: every reply is {"success", "message", "data"}.
+
+    The body is streamed in (and kept in memory up to API_MAX_BODY), so that
+    a body over the limit gets a 413 envelope rather than a closed connection.
+    """
 
     auth_method = ""  # "session" or "token", set by get_current_user
     # A user whose password was reset by someone else may only use handlers
     # that set this (their own account), until they choose a new password.
     open_before_password_change = False
+    # The HTTP methods this handler answers (the others get 405).
+    ALLOWED_METHODS: tuple = ()
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        own = [m for m in HTTP_METHODS if m in cls.__dict__ and
+               not getattr(cls.__dict__[m], "_not_allowed", False)]
+        # A handler that names its own methods answers only those: a subclass
+        # made for a route with an id must not inherit its parent's methods
+        # (POST /api/user/5 is no "create a user" with a stray argument).
+        # One that names none (AllLogHandler) answers what its parent does.
+        # The 405 is raised by the method, after the body is read (Tornado's
+        # own check would answer before and drop the connection unannounced).
+        if own:
+            cls.ALLOWED_METHODS = tuple(m.upper() for m in own)
+            for name in HTTP_METHODS:
+                if name not in own:
+                    setattr(cls, name, _not_allowed)
+        for name in own:
+            fn = cls.__dict__[name]
+            if not getattr(fn, "_sized", False):
+                setattr(cls, name, _after_body(fn))
+
+    def initialize(self, **kwargs) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._oversized = False
+        self._refused: ApiError | None = None
+
+    def data_received(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._size > API_MAX_BODY:
+            self._oversized = True
+            self._chunks = []
+        elif not self._oversized:
+            self._chunks.append(chunk)
+
+    @property
+    def body(self) -> bytes:
+        if len(self._chunks) != 1:
+            self._chunks = [b"".join(self._chunks)]
+        return self._chunks[0]
 
     def ok(self, data: Any = None, message: str = "") -> None:
         self.set_header("Content-Type", "application/json; charset=utf-8")
@@ -94,6 +172,8 @@ class ApiHandler(Base):
                                ensure_ascii=False, default=str))
 
     def fail(self, status: int, message: str, data: Any = None) -> None:
+        if getattr(self, "_close", False):
+            self.set_header("Connection", "close")
         self.set_status(status)
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps({"success": False, "message": message, "data": data},
@@ -102,6 +182,11 @@ class ApiHandler(Base):
     def write_error(self, status_code: int, **kwargs) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, ApiError):
+            if exc.status == 429 and exc.retry_after:
+                self.set_header("Retry-After", str(exc.retry_after))
+                return self.fail(429, exc.message, {"retry_after": exc.retry_after})
+            return self.fail(exc.status, exc.message)
+        if isinstance(exc, jsonin.BadInput):
             return self.fail(exc.status, exc.message)
         if isinstance(exc, tornado.web.HTTPError) and exc.log_message:
             return self.fail(status_code, exc.log_message)
@@ -109,30 +194,54 @@ class ApiHandler(Base):
             return self.fail(500, f"Internal error (request id: {self.request_id}).")
         return self.fail(status_code, self._reason)
 
-    def log_exception(self, typ, value, tb) -> None:
-        if isinstance(value, ApiError):
-            return
-        super().log_exception(typ, value, tb)
-
     def body_json(self) -> dict:
-        if not self.request.body:
+        """The body as a JSON object ({} when empty), through relay/jsonin."""
+        raw = self.body
+        if not raw.strip():
             return {}
-        try:
-            doc = json.loads(self.request.body)
-        except ValueError:
-            raise ApiError(400, "The request body is not valid JSON.") from None
-        if not isinstance(doc, dict):
-            raise ApiError(400, "The request body must be a JSON object.")
-        return doc
+        return jsonin.parse_object(raw)
+
+    # ---- typed query parameters (the same checks as JSON fields) -----------
+    def int_arg(self, name: str, default: int | None = None, lo: int = jsonin.INT64_MIN,
+                hi: int = jsonin.INT64_MAX) -> int | None:
+        raw = self.get_argument(name, "")
+        if raw == "":
+            return default
+        return jsonin.whole(raw, name, lo, hi)
+
+    def float_arg(self, name: str, default: float | None = None, lo: float = -1e15,
+                  hi: float = 1e15) -> float | None:
+        raw = self.get_argument(name, "")
+        if raw == "":
+            return default
+        return jsonin.number(raw, name, lo, hi)
+
+    def str_arg(self, name: str, default: str = "", max_len: int = 1000) -> str:
+        return jsonin.text(self.get_argument(name, default), name, max_len)
+
+    def flag_arg(self, name: str, default: bool = False) -> bool:
+        raw = self.get_argument(name, "")
+        return default if raw == "" else jsonin.flag(raw, name)
 
     # ---- who is calling -----------------------------------------------------
     async def prepare(self) -> None:
+        length = self.request.headers.get("Content-Length", "")
+        declared = int(length) if length.isdigit() and len(length) < 19 else 0
+        if declared > API_MAX_BODY:
+            self._oversized = True
+            if declared > 4 * API_MAX_BODY:
+                # Answered before the body is read: the connection cannot be
+                # used again, and the client must be told.
+                self._close = True
+                raise ApiError(413, f"The request body is larger than the limit of "
+                                    f"{API_MAX_BODY_MB} MB for /api.")
+        self.request.connection.set_max_body_size(4 * API_MAX_BODY)
         self.current_user = await self._authenticate()
         if self.auth_method == "session" and self.request.method in UNSAFE:
             sent = self.request.headers.get(CSRF_HEADER, "")
             if not sent or not secrets.compare_digest(sent, self._session.get("csrf", "")):
-                raise ApiError(403, "Missing or wrong CSRF token: send the X-CSRF-Token header "
-                                    "from the login reply.")
+                self._refused = ApiError(403, "Missing or wrong CSRF token: send the "
+                                              "X-CSRF-Token header from the login reply.")
 
     async def _authenticate(self):
         self._session = {}
@@ -153,20 +262,6 @@ class ApiHandler(Base):
         self.auth_method = "session"
         return doc
 
-    def start_session(self, user: dict, days: int = 7) -> str:
-        csrf = secrets.token_urlsafe(24)
-        sess = {"uid": user["_id"], "csrf": csrf, "epoch": user.get("session_epoch", 0),
-                "exp": time.time() + days * 86400}
-        self.set_signed_cookie(SESSION_COOKIE, json.dumps(sess), expires_days=days, httponly=True,
-                               samesite="Lax", secure=self.config.secure_cookies, path="/")
-        self.set_cookie("csrf_token", csrf, expires_days=days, samesite="Lax",
-                        secure=self.config.secure_cookies, path="/")
-        return csrf
-
-    def end_session(self) -> None:
-        self.clear_cookie(SESSION_COOKIE, path="/")
-        self.clear_cookie("csrf_token", path="/")
-
     def require_user(self) -> dict:
         if not self.current_user:
             raise ApiError(401, "Not signed in.")
@@ -186,10 +281,40 @@ class ApiHandler(Base):
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, retry_after: int = 0):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after = retry_after
+
+
+def _refuse_after_body(prepare):
+    """Wraps a relay handler's own prepare(): a refusal there (no key, a
+    wrong key, an unknown path, a malformed upload header) is answered once
+    the body is in, the body dropped meanwhile.  Answering while the client
+    is still sending would close the connection under it, and the client
+    would see a reset instead of our answer.  413 is still answered at once:
+    that body is not going to be read."""
+    @functools.wraps(prepare)
+    async def wrapper(self):
+        try:
+            result = prepare(self)
+            if result is not None:
+                await result
+        except RelayError as err:
+            if err.status == 413:
+                raise
+            self.data_received = _drop
+            setattr(self, self.request.method.lower(), functools.partial(_raise, err))
+    return wrapper
+
+
+def _drop(chunk: bytes) -> None:
+    return None
+
+
+def _raise(err: Exception, *args, **kwargs):
+    raise err
 
 
 @tornado.web.stream_request_body
@@ -204,6 +329,11 @@ class RelayHandler(Base):
     family = "openai"
     buffer_body = True  # False: the subclass consumes data_received itself
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "prepare" in cls.__dict__:
+            cls.prepare = _refuse_after_body(cls.__dict__["prepare"])
+
     def initialize(self) -> None:
         self.cancel = Cancel()
         self._chunks: list[bytes] = []
@@ -217,6 +347,7 @@ class RelayHandler(Base):
         self.request.connection.set_max_body_size(limit + 1)
         length = self.request.headers.get("Content-Length")
         if length and length.isdigit() and int(length) > limit:
+            self._close = True  # answered unread: the client must not reuse the connection
             raise RelayError(413, f"The request body is larger than the limit of "
                                   f"{self.config.max_body_mb} MB.", "invalid_request_error",
                              "request_too_large")
@@ -225,14 +356,19 @@ class RelayHandler(Base):
         if not self.buffer_body:
             return
         self._size += len(chunk)
+        # Raising here would drop the connection without an answer (and log
+        # a traceback): the body is dropped instead, and `body` says 413.
+        if self._size > self.config.max_body_bytes:
+            self._chunks = []
+        else:
+            self._chunks.append(chunk)
+
+    @property
+    def body(self) -> bytes:
         if self._size > self.config.max_body_bytes:
             raise RelayError(413, f"The request body is larger than the limit of "
                                   f"{self.config.max_body_mb} MB.", "invalid_request_error",
                              "request_too_large")
-        self._chunks.append(chunk)
-
-    @property
-    def body(self) -> bytes:
         if len(self._chunks) != 1:
             self._chunks = [b"".join(self._chunks)]
         return self._chunks[0]
@@ -278,6 +414,8 @@ class RelayHandler(Base):
     # ---- errors -------------------------------------------------------------
     def write_error(self, status_code: int, **kwargs) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, jsonin.BadInput):
+            exc = jsonin.relay_error(exc)
         if not isinstance(exc, RelayError):
             if isinstance(exc, tornado.web.HTTPError) and status_code < 500:
                 exc = RelayError(status_code, exc.log_message or self._reason)
@@ -291,16 +429,13 @@ class RelayHandler(Base):
             return
         self.clear()
         self.set_default_headers()
+        if getattr(self, "_close", False):
+            self.set_header("Connection", "close")
         self.set_status(err.status, _REASONS.get(err.status))
         self.set_header("Content-Type", "application/json; charset=utf-8")
         for k, v in getattr(err, "headers", {}).items():
             self.set_header(k, v)
         self.finish(json.dumps(render(self.family, err, self.request_id), ensure_ascii=False))
-
-    def log_exception(self, typ, value, tb) -> None:
-        if isinstance(value, RelayError) and value.status < 500:
-            return
-        super().log_exception(typ, value, tb)
 
     # ---- the Sink the service writes to ------------------------------------
     def start(self, status: int, headers: dict) -> None:

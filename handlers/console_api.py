@@ -41,11 +41,8 @@ class DailyHandler(ApiHandler):
         self.require_user() if self.own_only else self.require_admin()
         flt = log_filter(self, self.own_only)
         flt.pop("created_at", None)
-        try:
-            days = int(self.get_argument("days", "30"))
-            tz = int(self.get_argument("tz_offset", "0"))
-        except ValueError:
-            raise ApiError(400, "days and tz_offset must be whole numbers.") from None
+        days = self.int_arg("days", 30, -10 ** 6, 10 ** 6)
+        tz = self.int_arg("tz_offset", 0, -10 ** 6, 10 ** 6)
         if not -14 * 60 <= tz <= 14 * 60:
             raise ApiError(400, "tz_offset is minutes east of UTC, between -840 and 840.")
         self.ok(await stats.daily(self.store, flt, days, tz))
@@ -81,7 +78,7 @@ class GroupModelsHandler(ApiHandler):
     async def get(self) -> None:
         """Models that channels serve to a group; users may ask about enabled groups."""
         user = self.require_user()
-        name = self.get_argument("group", "") or user.get("group") or "default"
+        name = self.str_arg("group", max_len=64) or user.get("group") or "default"
         group = self.ctx["catalog"].groups.get(name)
         if group is None or (not group.enabled and not self.is_admin()):
             raise ApiError(404, f"There is no group named {name!r}.")

@@ -20,6 +20,7 @@ from console.chat import (ChatCall, ChatError, check_allowed, clean_messages, no
                           run_chat, run_image)
 from handlers.api_log import log_view
 from handlers.base import session_user
+from relay import jsonin
 from relay.billing import USER
 
 log = logging.getLogger("relay.console")
@@ -144,9 +145,9 @@ class ConsoleSocket(tornado.websocket.WebSocketHandler):
     # ---- the browser's messages --------------------------------------------
     async def on_message(self, message) -> None:
         try:
-            msg = json.loads(message)
-        except ValueError:
-            return self.send({"type": "error", "message": "Messages are JSON objects."})
+            msg = jsonin.parse(message, "The message")
+        except jsonin.BadInput as exc:
+            return self.send({"type": "error", "message": exc.message})
         if not isinstance(msg, dict):
             return self.send({"type": "error", "message": "Messages are JSON objects."})
         kind = msg.get("type")

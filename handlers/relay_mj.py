@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 
 from handlers.base import RelayHandler
-from relay.errors import RelayError, bad_request
+from relay.errors import RelayError
+from relay.faces.openai import load_json
 
 
 class _MjHandler(RelayHandler):
@@ -19,13 +20,7 @@ class _MjHandler(RelayHandler):
         return self.ctx["mj"]
 
     def json_body(self) -> dict:
-        try:
-            doc = json.loads(self.body or b"{}")
-        except ValueError:
-            raise bad_request("The request body is not valid JSON.", "invalid_json") from None
-        if not isinstance(doc, dict):
-            raise bad_request("The request body must be a JSON object.", "invalid_json")
-        return doc
+        return load_json(self.body or b"{}")
 
     def reply(self, doc) -> None:
         self.set_header("Content-Type", "application/json; charset=utf-8")

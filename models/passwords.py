@@ -1,11 +1,34 @@
-"""Password hashing (libpass, the maintained passlib fork: same import).
+"""Passwords: the one rule for new passwords, and hashing.
 
-argon2 for new hashes; bcrypt hashes still verify, and are upgraded on the
-next successful login by `needs_update`.
+Hashing uses libpass (the maintained passlib fork: same import): argon2 for
+new hashes; bcrypt hashes still verify, and are upgraded on the next
+successful login by `needs_update`.  An argon2 hash is hundreds of
+milliseconds of CPU and 64 MB of memory, so request handlers use the
+`*_async` forms, which run on a small thread pool (argon2 releases the
+interpreter lock): the event loop stays free, and at most two hashes run at
+once however many sign-ins arrive.
 """
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+from concurrent.futures import ThreadPoolExecutor
+
 from passlib.context import CryptContext
+from zxcvbn import zxcvbn
 
 _ctx = CryptContext(schemes=["argon2", "bcrypt"], deprecated="auto")
+_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="passwords")
+
+MIN_LENGTH = 8
+MAX_LENGTH = 1024
+# zxcvbn's score 0-4 (guesses < 10^3, 10^6, 10^8, 10^10, more): 2 and up
+# withstands an online attack slowed by login throttling.
+MIN_SCORE = 2
+# zxcvbn's matching grows fast with length; the first characters decide.
+_JUDGED = 32
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def hash_password(password: str) -> str:
@@ -25,12 +48,48 @@ def needs_update(hashed: str) -> bool:
     return _ctx.needs_update(hashed)
 
 
+async def hash_password_async(password: str) -> str:
+    return await asyncio.get_running_loop().run_in_executor(_pool, hash_password, password)
+
+
+async def verify_password_async(password: str, hashed: str) -> bool:
+    """Like verify_password; with no hash (no such user) it still spends a
+    hash's time, so that timing does not tell which users exist."""
+    return await asyncio.get_running_loop().run_in_executor(_pool, _verify_timed, password,
+                                                            hashed)
+
+
+_dummy: list[str] = []
+
+
+def _verify_timed(password: str, hashed: str) -> bool:
+    if hashed:
+        return verify_password(password, hashed)
+    if not _dummy:
+        _dummy.append(hash_password(secrets.token_urlsafe(16)))
+    verify_password(password, _dummy[0])
+    return False
+
+
 def password_problem(password: str, username: str = "", email: str = "") -> str | None:
     """Why `password` may not be used as a new password, or None if it may.
 
     The one rule every place that sets a password asks (registration, the
-    user's own change, an administrator's reset).
+    user's own change, an administrator's reset, account recovery): at least
+    8 characters, and not guessable by zxcvbn's measure (common passwords,
+    keyboard walks, repeats, dates, the user's own name or address).
     """
-    if len(password) < 8:
-        return "The password must be at least 8 characters long."
-    return None
+    if not isinstance(password, str) or _SURROGATE.search(password):
+        return "The password must be text (it contains characters that are not valid Unicode)."
+    if len(password) < MIN_LENGTH:
+        return f"The password must be at least {MIN_LENGTH} characters long."
+    if len(password) > MAX_LENGTH:
+        return f"The password must be at most {MAX_LENGTH} characters long."
+    hints = [h for h in (username, email, (email or "").split("@")[0]) if h]
+    result = zxcvbn(password[:_JUDGED], user_inputs=hints)
+    if result["score"] >= MIN_SCORE:
+        return None
+    feedback = result.get("feedback") or {}
+    why = feedback.get("warning") or "This password is too easy to guess."
+    tips = " ".join(feedback.get("suggestions") or ())
+    return f"Choose a stronger password: {why.rstrip('.')}. {tips}".strip()

@@ -15,6 +15,9 @@ from typing import Any
 
 # 500,000 units = 1 credit = 1 USD of official price (one-api/new-api count).
 QUOTA_PER_USD = 500_000
+# The largest balance or amount the API accepts (2 billion USD): far from
+# the 64-bit limit, so that no sum of balances can overflow it.
+MAX_QUOTA = 10 ** 15
 
 TOKEN_ENABLED, TOKEN_DISABLED, TOKEN_EXPIRED, TOKEN_EXHAUSTED = 1, 2, 3, 4
 USER_ENABLED, USER_DISABLED = 1, 2
@@ -63,6 +66,22 @@ def limits_of(d: dict) -> tuple:
     return tuple(max(0, int(d.get(f) or 0)) for f in LIMIT_FIELDS)
 
 
+def usable_groups(user_group: str, own_list, is_admin: bool, groups: dict) -> set[str]:
+    """The groups a user may put keys in (new-api's "usable groups").
+
+    An administrator: every group.  Anyone else: their own group, plus the
+    user's own list when an administrator gave them one (`usable_groups` on
+    the user), else the list of their user group (`usable_groups` on the
+    group).  The caller checks that the group exists and is enabled.
+    """
+    if is_admin:
+        return set(groups)
+    if own_list is None:
+        g = groups.get(user_group)
+        own_list = g.usable_groups if g is not None else ()
+    return {user_group, *own_list}
+
+
 @dataclass(frozen=True)
 class User:
     id: int
@@ -72,16 +91,26 @@ class User:
     status: int
     group: str
     limits: tuple = (0, 0, 0)  # rpm, tpm, concurrency (LIMIT_FIELDS); 0 = none
+    # None: the user group's list applies (see usable_groups()).
+    usable_groups: tuple | None = None
 
     @classmethod
     def from_doc(cls, d: dict) -> "User":
+        own = d.get("usable_groups")
         return cls(id=d["_id"], username=d.get("username", ""), email=d.get("email", ""),
                    role=int(d.get("role", ROLE_USER)), status=int(d.get("status", USER_ENABLED)),
-                   group=d.get("group") or "default", limits=limits_of(d))
+                   group=d.get("group") or "default", limits=limits_of(d),
+                   usable_groups=tuple(own) if isinstance(own, list) else None)
 
     @property
     def is_admin(self) -> bool:
         return self.role >= ROLE_ADMIN
+
+    def usable_set(self, groups: dict) -> set[str]:
+        return usable_groups(self.group, self.usable_groups, self.is_admin, groups)
+
+    def may_use(self, group: str, groups: dict) -> bool:
+        return group in self.usable_set(groups)
 
 
 @dataclass(frozen=True)
@@ -134,11 +163,14 @@ class Group:
     rate: Decimal
     description: str
     enabled: bool
+    # The other groups this group's members may put keys in.
+    usable_groups: tuple = ()
 
     @classmethod
     def from_doc(cls, d: dict) -> "Group":
         return cls(name=d["_id"], rate=to_decimal(d.get("rate", "1")),
-                   description=d.get("description", ""), enabled=bool(d.get("enabled", True)))
+                   description=d.get("description", ""), enabled=bool(d.get("enabled", True)),
+                   usable_groups=tuple(d.get("usable_groups") or ()))
 
 
 # Every price component, in USD: per million tokens unless named otherwise.

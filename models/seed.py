@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import secrets
 
-from models.passwords import hash_password, password_problem, verify_password
+from models.passwords import hash_password_async, password_problem, verify_password_async
 from models.records import ROLE_ROOT, USER_ENABLED
 from models.store import DuplicateKeyError, now
 
@@ -34,7 +34,8 @@ async def seed(store, admin_password: str = "") -> str | None:
                                        upsert=True)
     root = await store.db.users.find_one({"username": "root"}, {"password_hash": 1})
     if root:
-        if admin_password and not verify_password(admin_password, root.get("password_hash", "")):
+        if admin_password and not await verify_password_async(admin_password,
+                                                               root.get("password_hash", "")):
             # Only the first start uses it: changing it later would let the
             # environment silently override a password root chose.
             log.warning("admin_password (RELAY_ADMIN_PASSWORD) differs from root's password and "
@@ -49,7 +50,7 @@ async def seed(store, admin_password: str = "") -> str | None:
     try:
         await store.db.users.insert_one({
             "_id": uid, "username": "root", "email": "", "display_name": "Root",
-            "password_hash": hash_password(password), "role": ROLE_ROOT, "status": USER_ENABLED,
+            "password_hash": await hash_password_async(password), "role": ROLE_ROOT, "status": USER_ENABLED,
             "group": "default", "quota": 0, "used_quota": 0, "leases": {},
             # A password printed on a terminal is to be replaced at once.
             "must_change_password": generated is not None, "created_time": now()})
@@ -66,11 +67,22 @@ def temporary_password() -> str:
             return password
 
 
-def reset_fields(password: str) -> dict:
+async def reset_fields(password: str) -> dict:
     """The update that gives an account a temporary password: it must be
-    changed at the next sign-in, and sessions and the access token end."""
-    return {"$set": {"password_hash": hash_password(password), "must_change_password": True},
+    changed at the next sign-in, and its sessions (the epoch moves on: see
+    handlers/sessions.py; then end_sessions) and access token end.  Hashed
+    off the event loop."""
+    return {"$set": {"password_hash": await hash_password_async(password),
+                     "must_change_password": True},
             "$inc": {"session_epoch": 1}, "$unset": {"access_token_hash": ""}}
+
+
+async def end_sessions(store, uid: int) -> None:
+    """Delete a user's stored sign-in sessions (handlers/sessions.py), in
+    every process.  After a password change or reset the epoch already
+    refuses them; deleting keeps the collection small and the sessions list
+    true."""
+    await store.db.sessions.delete_many({"uid": uid})
 
 
 async def reset_root_password(store) -> str:
@@ -80,7 +92,9 @@ async def reset_root_password(store) -> str:
     if generated:
         return generated
     password = temporary_password()
-    update = reset_fields(password)
+    update = await reset_fields(password)
     update["$set"]["status"] = USER_ENABLED
-    await store.db.users.update_one({"username": "root"}, update)
+    root = await store.db.users.find_one_and_update({"username": "root"}, update)
+    if root:
+        await end_sessions(store, root["_id"])
     return password

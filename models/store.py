@@ -27,7 +27,8 @@ INDEXES: dict[str, list[tuple[list, dict]]] = {
     "tokens": [([("key_hash", ASCENDING)], {"unique": True}),
                ([("user_id", ASCENDING)], {})],
     "channels": [],
-    "redemptions": [([("key", ASCENDING)], {"unique": True})],
+    # Codes are found by keyed hash (models/migrations.py hashed old ones).
+    "redemptions": [([("key_hash", ASCENDING)], {"unique": True, "sparse": True})],
     "usage": [([("user_id", ASCENDING), ("created_at", DESCENDING)], {}),
               ([("created_at", DESCENDING)], {}),
               ([("token_id", ASCENDING)], {})],

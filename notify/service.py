@@ -13,7 +13,7 @@ import logging
 import time
 
 from models.store import now as store_now
-from notify import channels
+from notify import channels, templates
 from notify.channels.base import Context, DeliveryError, Message
 from notify.channels.webhook import render_body
 from notify.events import WARNINGS, Events
@@ -207,7 +207,8 @@ class Notifier:
                    "body_template": str(config.get("body_template") or "")}
             if not isinstance(cfg["headers"], dict):
                 raise ValueError("headers must be an object.")
-            return {"body": render_body(cfg, v), "variables": v}
+            # Rendering is CPU work: on the template thread (notify/templates.py).
+            return {"body": await templates.run(render_body, cfg, v), "variables": v}
         return {"body": f"{v['title']}\n\n{v['content']}", "variables": v}
 
     async def deliveries(self, flt: dict, page: int, size: int) -> dict:

@@ -18,7 +18,7 @@ import time
 
 from models.secrets import mask
 from models.store import now
-from notify import channels
+from notify import channels, templates
 
 EVENT_TYPES = ("announcement", "marketing", "user_quota_warning", "key_quota_warning")
 MAX_PER_USER = 50
@@ -150,7 +150,9 @@ class Subscriptions:
                     raw[f] = {k: (old_obj.get(k, "") if MASK_MARK in str(v) else v)
                               for k, v in raw[f].items()}
         try:
-            cfg = channel.clean(raw)
+            # A webhook's clean() compiles and test-renders the body template:
+            # off the event loop (notify/templates.py).
+            cfg = await templates.run(channel.clean, raw)
             for f in ("url", "webhook_url"):
                 if cfg.get(f) and self.url_check is not None:
                     self.url_check(cfg[f])

@@ -25,6 +25,8 @@ from models.records import TOKEN_DISABLED, TOKEN_EXHAUSTED, TOKEN_EXPIRED, USER_
 from relay import pricing, registry, tokenizer
 from relay.adaptors.base import Call, retryable, serves
 from relay.billing import QuotaExhausted
+from relay.buglog import log_bug
+from relay.convert.common import converted
 from relay.errors import RelayError, forbidden, unauthorized
 from relay.upstream import Cancel
 
@@ -36,6 +38,9 @@ SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Contro
 MAX_PENDING = 1024 * 1024
 # Endpoints whose canonical body is a chat request (the Responses face converts).
 CHAT_LIKE = ("chat", "responses", "responses_compact")
+# No model writes more than this; a bigger max_tokens (1e20) is the
+# upstream's to refuse, not a reservation to overflow.
+MAX_RESERVED_OUTPUT = 10_000_000
 
 
 class Sink(Protocol):
@@ -104,6 +109,9 @@ class RelayService:
         group = self.catalog.groups.get(token.group)
         if group is None or not group.enabled:
             raise forbidden(f"The key's group '{token.group}' is disabled.", "group_disabled")
+        if not user.may_use(token.group, self.catalog.groups):
+            raise forbidden(f"The key's group '{token.group}' is not one its owner may use.",
+                            "group_not_usable")
         bound = self._address_groups(host)
         if bound is not None and token.group not in bound:
             raise unauthorized(f"The key's group '{token.group}' is not served on this address.",
@@ -187,8 +195,8 @@ class RelayService:
             b = call.body
             out = b.get("max_completion_tokens") or b.get("max_tokens") or self.settings.default_max_tokens
             try:
-                out = max(int(out), 1)
-            except (TypeError, ValueError):
+                out = min(max(int(out), 1), MAX_RESERVED_OUTPUT)
+            except (TypeError, ValueError, OverflowError):
                 out = self.settings.default_max_tokens
             # Reserving needs no exact count (the bill is settled from the
             # upstream's usage), so chat skips the BPE pass here.
@@ -224,7 +232,8 @@ class RelayService:
         try:
             outcome = await self._try_channels(call, channels, sink, face, cancel)
         except Exception as exc:  # never leave a reservation open
-            log.exception("relay failed for %s", call.request_id)
+            if not isinstance(exc, RelayError):
+                log_bug(log, f"the relay of {call.request_id}", exc)
             outcome.error = exc if isinstance(exc, RelayError) else RelayError(
                 500, "Internal error.", "server_error", "internal_error")
         finally:
@@ -262,7 +271,10 @@ class RelayService:
         return last
 
     async def _attempt_plain(self, call, channel, adaptor, cancel) -> Outcome:
-        req = adaptor.prepare(call, channel)
+        try:
+            req = _request_for(adaptor, call, channel)
+        except RelayError as exc:
+            return Outcome(error=exc)
         resp = await self.upstream.send(req.method, req.url, req.headers, req.body,
                                         cancel=cancel, body_producer=req.body_producer)
         out = Outcome(status=resp.status, ttfb=resp.first_byte_at)
@@ -292,7 +304,10 @@ class RelayService:
         return out
 
     async def _attempt_stream(self, call, channel, adaptor, sink, face, cancel) -> Outcome:
-        req = adaptor.prepare(call, channel)
+        try:
+            req = _request_for(adaptor, call, channel)
+        except RelayError as exc:
+            return Outcome(error=exc)
         reader = adaptor.stream(call)
         writer = face.StreamWriter(call)
         out = Outcome()
@@ -386,6 +401,12 @@ class RelayService:
             except (AttributeError, TypeError):
                 return 0
         return 0
+
+
+def _request_for(adaptor, call: Call, channel):
+    """The upstream request: a client body whose parts have shapes the
+    conversion for this channel cannot take is the client's 400, not a 500."""
+    return converted(adaptor.prepare, call, channel)
 
 
 def _drain_then_resume(sink: Sink, cancel: Cancel) -> None:

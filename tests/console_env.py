@@ -19,7 +19,7 @@ MARKS = [pytest.mark.browser, pytest.mark.slow,
                             reason="needs Debian's chromium and chromium-driver "
                                    "(tests/run.sh installs them)")]
 
-PASSWORD = "password123"
+PASSWORD = "Blue-Kettle-Harbor-42"
 PNG_1PX = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAA"
            "AABJRU5ErkJggg==")
 EMAIL = "dora@example.test"

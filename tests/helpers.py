@@ -14,6 +14,8 @@ import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADMIN_PASSWORD = "root-test-password"
+# What test users sign in with (strong enough for the password rule).
+USER_PASSWORD = "Blue-Kettle-Harbor-42"
 
 
 def free_port() -> int:
@@ -111,7 +113,7 @@ class Api:
         r = s.post(base + "/api/user/login", json={"username": username, "password": password})
         assert r.status_code == 200, r.text
         csrf = r.json()["data"]["csrf_token"]
-        r = s.get(base + "/api/user/token", headers={"X-CSRF-Token": csrf})
+        r = s.post(base + "/api/user/token", headers={"X-CSRF-Token": csrf})
         assert r.status_code == 200, r.text
         return cls(base, r.json()["data"])
 
@@ -134,7 +136,7 @@ class Api:
         return self.call("DELETE", path, **kw)
 
     # ---- shortcuts used across the suite -----------------------------------
-    def create_user(self, username: str, password: str = "password123", group: str = "default",
+    def create_user(self, username: str, password: str = USER_PASSWORD, group: str = "default",
                     quota: int = 0, email: str = "") -> dict:
         d = self.post("/api/user/", {"username": username, "password": password,
                                      "email": email or f"{username}@example.test", "group": group})

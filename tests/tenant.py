@@ -14,9 +14,9 @@ class Tenant:
         self.admin = admin
         self.base = base
         name = "u" + uuid.uuid4().hex[:8]
-        user = admin.create_user(name, password="password123", quota=quota)
+        user = admin.create_user(name, password="Blue-Kettle-Harbor-42", quota=quota)
         self.user_id = user["id"]
-        self.api = Api.login(base, name, "password123")
+        self.api = Api.login(base, name, "Blue-Kettle-Harbor-42")
         tok = self.api.create_token(name="k", remain_quota=key_quota, **token_fields)
         self.token_id = tok["id"]
         self.key = tok["key"]

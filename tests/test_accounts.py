@@ -13,7 +13,7 @@ import sys
 import pytest
 import requests
 
-from tests.helpers import ADMIN_PASSWORD, ROOT, Api, RelayProcess
+from tests.helpers import ADMIN_PASSWORD, ROOT, USER_PASSWORD, Api, RelayProcess
 
 NEW = "Tangerine-Harbor-71"
 NEWER = "Quiet-Lantern-Orbit-9"
@@ -30,28 +30,28 @@ def login(base: str, username: str, password: str) -> tuple[requests.Session, di
 
 def test_own_password_change_asks_for_the_current_one(relay, admin):
     admin.create_user("rhea")
-    s, data = login(relay.url, "rhea", "password123")
+    s, data = login(relay.url, "rhea", USER_PASSWORD)
     assert data["must_change_password"] is False
     url = relay.url + "/api/user/self"
     r = s.put(url, json={"original_password": "wrong-one", "password": NEW})
     assert r.status_code == 403 and "current password is wrong" in r.json()["message"]
     r = s.put(url, json={"password": NEW})
     assert r.status_code == 403
-    r = s.put(url, json={"original_password": "password123", "password": "short"})
+    r = s.put(url, json={"original_password": USER_PASSWORD, "password": "short"})
     assert r.status_code == 400 and "8 characters" in r.json()["message"]
-    r = s.put(url, json={"original_password": "password123", "password": "password123"})
+    r = s.put(url, json={"original_password": USER_PASSWORD, "password": USER_PASSWORD})
     assert r.status_code == 400 and "differ" in r.json()["message"]
-    r = s.put(url, json={"original_password": "password123", "password": NEW})
+    r = s.put(url, json={"original_password": USER_PASSWORD, "password": NEW})
     assert r.status_code == 200 and r.json()["message"] == "Password changed."
     assert requests.post(relay.url + "/api/user/login",
-                         json={"username": "rhea", "password": "password123"}).status_code == 401
+                         json={"username": "rhea", "password": USER_PASSWORD}).status_code == 401
     login(relay.url, "rhea", NEW)
 
 
 def test_admin_reset_forces_a_new_password_before_anything_else(relay, admin):
     user = admin.create_user("sven")
-    old, _ = login(relay.url, "sven", "password123")
-    token_api = Api.login(relay.url, "sven", "password123")
+    old, _ = login(relay.url, "sven", USER_PASSWORD)
+    token_api = Api.login(relay.url, "sven", USER_PASSWORD)
     reset = admin.post(f"/api/user/{user['id']}/password")["data"]
     temp = reset["password"]
     assert reset["username"] == "sven" and len(temp) >= 16
@@ -59,7 +59,7 @@ def test_admin_reset_forces_a_new_password_before_anything_else(relay, admin):
     assert old.get(relay.url + "/api/user/self").status_code == 401
     assert token_api.get("/api/user/self", expect=401)
     assert requests.post(relay.url + "/api/user/login",
-                         json={"username": "sven", "password": "password123"}).status_code == 401
+                         json={"username": "sven", "password": USER_PASSWORD}).status_code == 401
 
     s, data = login(relay.url, "sven", temp)
     assert data["must_change_password"] is True
@@ -97,7 +97,7 @@ def test_admin_sets_a_password_the_user_must_replace(relay, admin):
 def test_only_a_higher_rank_may_reset(relay, admin):
     admin.create_user("ulla")
     other = admin.create_user("vera")
-    ulla = Api.login(relay.url, "ulla", "password123")
+    ulla = Api.login(relay.url, "ulla", USER_PASSWORD)
     ulla.post(f"/api/user/{other['id']}/password", expect=403)
     root_id = admin.get("/api/user/self")["data"]["id"]
     admin.post("/api/user/manage", {"id": ulla.get("/api/user/self")["data"]["id"],

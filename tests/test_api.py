@@ -1,8 +1,10 @@
 """The management API: envelope, sign-in, CSRF, roles, groups, prices,
 channels, users and redemption codes."""
 import requests
+from pymongo import MongoClient
 
-from tests.helpers import Api
+from models.secrets import mask
+from tests.helpers import USER_PASSWORD, Api
 
 
 def envelope(r):
@@ -15,7 +17,7 @@ def test_login_by_name_or_email_and_session_cookie(relay, admin):
     admin.create_user("ivy", email="Ivy@Example.test")
     s = requests.Session()
     r = s.post(relay.url + "/api/user/login", json={"username": "ivy@example.test",
-                                                    "password": "password123"})
+                                                    "password": "Blue-Kettle-Harbor-42"})
     body = envelope(r)
     assert r.status_code == 200 and body["success"] and body["data"]["username"] == "ivy"
     cookie = r.headers["Set-Cookie"]
@@ -31,7 +33,7 @@ def test_wrong_password_and_rate_limit(relay, admin):
     for _ in range(5):
         r = requests.post(relay.url + "/api/user/login", json={"username": "jack", "password": "nope-nope"})
         assert r.status_code == 401 and envelope(r)["success"] is False
-    r = requests.post(relay.url + "/api/user/login", json={"username": "jack", "password": "password123"})
+    r = requests.post(relay.url + "/api/user/login", json={"username": "jack", "password": "Blue-Kettle-Harbor-42"})
     assert r.status_code == 429
 
 
@@ -39,7 +41,7 @@ def test_csrf_required_for_cookie_writes(relay, admin):
     admin.create_user("kate")
     s = requests.Session()
     csrf = s.post(relay.url + "/api/user/login",
-                  json={"username": "kate", "password": "password123"}).json()["data"]["csrf_token"]
+                  json={"username": "kate", "password": "Blue-Kettle-Harbor-42"}).json()["data"]["csrf_token"]
     r = s.post(relay.url + "/api/token/", json={"name": "x"})
     assert r.status_code == 403 and "CSRF" in envelope(r)["message"]
     r = s.post(relay.url + "/api/token/", json={"name": "x"}, headers={"X-CSRF-Token": "wrong"})
@@ -50,7 +52,7 @@ def test_csrf_required_for_cookie_writes(relay, admin):
 
 def test_access_token_acts_as_user(relay, admin):
     admin.create_user("liam")
-    api = Api.login(relay.url, "liam", "password123")
+    api = Api.login(relay.url, "liam", "Blue-Kettle-Harbor-42")
     assert api.get("/api/user/self")["data"]["username"] == "liam"
     r = requests.get(relay.url + "/api/user/self", headers={"Authorization": "Bearer at-wrong"})
     assert r.status_code == 401
@@ -58,7 +60,7 @@ def test_access_token_acts_as_user(relay, admin):
 
 def test_roles(relay, admin):
     admin.create_user("mia")
-    api = Api.login(relay.url, "mia", "password123")
+    api = Api.login(relay.url, "mia", "Blue-Kettle-Harbor-42")
     for path in ("/api/user/", "/api/channel/", "/api/redemption/", "/api/option/", "/api/log/"):
         api.get(path, expect=403)
         r = requests.get(relay.url + path)
@@ -121,9 +123,9 @@ def test_channel_crud(admin):
 def test_users_admin(relay, admin):
     u = admin.create_user("noah", group="vip")
     assert u["group"] == "vip" and u["quota"] == 0
-    admin.post("/api/user/", {"username": "noah", "password": "password123"}, expect=409)
+    admin.post("/api/user/", {"username": "noah", "password": "Blue-Kettle-Harbor-42"}, expect=409)
     admin.post("/api/user/", {"username": "x", "password": "short"}, expect=400)
-    admin.post("/api/user/", {"username": "ok_name", "password": "password123", "group": "nope"},
+    admin.post("/api/user/", {"username": "ok_name", "password": "Blue-Kettle-Harbor-42", "group": "nope"},
                expect=400)
     got = admin.get(f"/api/user/{u['id']}")["data"]
     assert got["username"] == "noah"
@@ -134,7 +136,7 @@ def test_users_admin(relay, admin):
     admin.post(f"/api/user/{u['id']}/quota", {"amount": 5}, expect=400)  # no reason
     assert admin.get(f"/api/user/{u['id']}")["data"]["quota"] == 600
     admin.delete(f"/api/user/{u['id']}")
-    r = requests.post(relay.url + "/api/user/login", json={"username": "noah", "password": "password123"})
+    r = requests.post(relay.url + "/api/user/login", json={"username": "noah", "password": "Blue-Kettle-Harbor-42"})
     assert r.status_code == 403
 
 
@@ -144,16 +146,39 @@ def test_redemption_admin(admin):
     admin.post("/api/redemption/", {"name": "bad", "quota": 0, "count": 1}, expect=400)
     admin.post("/api/redemption/", {"name": "bad", "quota": 5, "count": 0}, expect=400)
     listed = admin.get("/api/redemption/?size=100")["data"]["items"]
-    assert {c["key"] for c in listed} >= set(codes)
+    # Shown once: listed only as a hint.
+    assert {c["key"] for c in listed} >= {mask(c, 4) for c in codes}
+    assert not {c["key"] for c in listed} & set(codes)
+
+
+def test_redemption_codes_are_stored_as_keyed_hashes(relay, admin, mongo_url):
+    codes = admin.post("/api/redemption/", {"name": "hashed", "quota": 7, "count": 2})["data"]
+    db = MongoClient(mongo_url)[relay.db_name]
+    stored = list(db.redemptions.find({"name": "hashed"}))
+    assert len(stored) == 2
+    for doc in stored:
+        assert "key" not in doc and doc["key_hash"] and not set(codes) & set(map(str, doc.values()))
+    # A code stored in plain text by an older version is hashed at the next start.
+    db.redemptions.insert_one({"_id": 99_001, "name": "legacy", "key": "legacy-code-0001",
+                               "quota": 5, "status": 1, "created_time": 0})
+    port = relay.port
+    relay.stop()
+    relay.start(port)
+    doc = db.redemptions.find_one({"_id": 99_001})
+    assert "key" not in doc and doc["key_hint"] == mask("legacy-code-0001", 4)
+    admin.create_user("redeemer")
+    user = Api.login(relay.url, "redeemer", USER_PASSWORD)
+    assert user.post("/api/user/topup", {"key": "legacy-code-0001"})["data"] == 5
+    assert user.post("/api/user/topup", {"key": codes[0]})["data"] == 7
 
 
 def test_registration_switch(relay, admin):
     r = requests.post(relay.url + "/api/user/register",
-                      json={"username": "olga", "password": "password123", "email": "o@x.test"})
+                      json={"username": "olga", "password": "Blue-Kettle-Harbor-42", "email": "o@x.test"})
     assert r.status_code == 200
     admin.put("/api/option/", {"key": "registration_enabled", "value": False})
     r = requests.post(relay.url + "/api/user/register",
-                      json={"username": "paul", "password": "password123"})
+                      json={"username": "paul", "password": "Blue-Kettle-Harbor-42"})
     assert r.status_code == 403
     admin.put("/api/option/", {"key": "registration_enabled", "value": True})
 
@@ -161,10 +186,10 @@ def test_registration_switch(relay, admin):
 def test_change_password_signs_out_other_sessions(relay, admin):
     admin.create_user("quinn")
     s1, s2 = requests.Session(), requests.Session()
-    c1 = s1.post(relay.url + "/api/user/login", json={"username": "quinn", "password": "password123"}).json()["data"]["csrf_token"]
-    s2.post(relay.url + "/api/user/login", json={"username": "quinn", "password": "password123"})
-    r = s1.put(relay.url + "/api/user/self", json={"original_password": "password123",
-                                                   "password": "new-password-1"},
+    c1 = s1.post(relay.url + "/api/user/login", json={"username": "quinn", "password": "Blue-Kettle-Harbor-42"}).json()["data"]["csrf_token"]
+    s2.post(relay.url + "/api/user/login", json={"username": "quinn", "password": "Blue-Kettle-Harbor-42"})
+    r = s1.put(relay.url + "/api/user/self", json={"original_password": "Blue-Kettle-Harbor-42",
+                                                   "password": "Quiet-Lantern-Orbit-88"},
                headers={"X-CSRF-Token": c1})
     assert r.status_code == 200
     assert s1.get(relay.url + "/api/user/self").status_code == 200

@@ -30,7 +30,8 @@ def w(relay, admin, fake):
     admin.set_price(MODEL, input_price=5, output_price=20, cache_price=2.5, group="half")
     admin.set_price("percall-model", call_price=0.002)
     user = admin.create_user("carol", quota=100_000_000)
-    api = Api.login(relay.url, "carol", "password123")
+    admin.put("/api/user/", {"id": user["id"], "usable_groups": ["double", "half"]})
+    api = Api.login(relay.url, "carol", "Blue-Kettle-Harbor-42")
     return {"admin": admin, "api": api, "user": user, "url": relay.url}
 
 
@@ -126,7 +127,7 @@ def test_call_priced_model(w):
 
 def test_unlimited_key_is_bounded_by_the_account(w):
     w["admin"].create_user("dave", quota=40000)
-    api = Api.login(w["url"], "dave", "password123")
+    api = Api.login(w["url"], "dave", "Blue-Kettle-Harbor-42")
     tok = api.create_token(name="unl", unlimited_quota=True)
     r = requests.post(w["url"] + "/v1/chat/completions",
                       headers={"Authorization": f"Bearer {tok['key']}"},

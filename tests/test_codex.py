@@ -24,7 +24,7 @@ from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.blackhole_proxy import BlackHoleProxy
 from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.helpers import ROOT, Api
+from tests.helpers import ROOT, USER_PASSWORD, Api
 from tests.vendor_env import PRICE, expected_units
 
 pytestmark = pytest.mark.slow
@@ -55,7 +55,7 @@ def env(relay, admin):
         admin.set_price(model, **PRICE)
     name = "codex" + secrets.token_hex(3)
     admin.create_user(name, quota=10 ** 12)
-    user = Api.login(relay.url, name, "password123")
+    user = Api.login(relay.url, name, USER_PASSWORD)
     proxy = BlackHoleProxy().start()
     yield {"relay": relay, "admin": admin, "user": user, "fakes": fakes, "proxy": proxy}
     proxy.stop()

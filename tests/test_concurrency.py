@@ -24,7 +24,7 @@ def w(relay, admin, fake):
     admin.create_channel(fake.url, [MODEL])
     admin.set_price(MODEL, input_price=1, output_price=4, call_price=0.001)  # 500 units a call
     admin.create_user("erin", quota=1_000_000_000)
-    api = Api.login(relay.url, "erin", "password123")
+    api = Api.login(relay.url, "erin", "Blue-Kettle-Harbor-42")
     return {"admin": admin, "api": api, "url": relay.url}
 
 
@@ -54,7 +54,7 @@ def test_exactly_n_succeed_and_balance_ends_at_zero(w, mode):
         api = w["api"]
     else:
         w["admin"].create_user("frank", quota=n * price)
-        api = Api.login(w["url"], "frank", "password123")
+        api = Api.login(w["url"], "frank", "Blue-Kettle-Harbor-42")
         tok = api.create_token(name="unl", unlimited_quota=True, billing_mode="per_call")
     body = '{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "fake_delay": 0.05}' % MODEL
     statuses = asyncio.run(_fire(w["url"], tok["key"], 80, body))

@@ -13,7 +13,7 @@ import requests
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import Api
 
-PASSWORD = "password123"
+PASSWORD = "Blue-Kettle-Harbor-42"
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_console_options_validate_and_apply(relay, admin, carol):
         assert d["registration_enabled"] is False
         assert [b["region"] for b in d["base_addresses"]] == ["local", "EU"]
         r = requests.post(relay.url + "/api/user/register",
-                          json={"username": "newbie", "password": "password123"}, timeout=10)
+                          json={"username": "newbie", "password": "Blue-Kettle-Harbor-42"}, timeout=10)
         assert r.status_code == 403
         assert 'id="register-closed"' in requests.get(relay.url + "/console/register",
                                                       timeout=10).text

@@ -14,7 +14,7 @@ import websocket
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import Api
 
-PASSWORD = "password123"
+PASSWORD = "Blue-Kettle-Harbor-42"
 
 
 @pytest.fixture(scope="module")
@@ -314,7 +314,7 @@ def test_a_session_signed_out_elsewhere_loses_the_socket(relay, admin, env):
     try:
         # Changing the password signs out every session of the account.
         r = f.http.put(relay.url + "/api/user/self",
-                       json={"password": "another-password", "original_password": PASSWORD},
+                       json={"password": "Quiet-Lantern-Orbit-88", "original_password": PASSWORD},
                        headers={"X-CSRF-Token": f.csrf}, timeout=10)
         assert r.status_code == 200
         f.http.cookies.clear()

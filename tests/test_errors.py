@@ -57,7 +57,7 @@ def relay(mongo_url, tmp_path_factory):
 def w(relay, fake, blackhole, mongo_url):
     admin = Api.login(relay.url)
     admin.create_user("bob", quota=100_000_000)
-    api = Api.login(relay.url, "bob", "password123")
+    api = Api.login(relay.url, "bob", "Blue-Kettle-Harbor-42")
     admin.create_channel(fake.url, [MODEL, "o1-mini", "o1"], name="good")
     admin.create_channel(fake.url, ["o1"], name="o1-dev", options={"system_role": "developer"},
                          model_mapping={}, priority=5)
@@ -149,6 +149,7 @@ def test_401_group_not_served_on_this_address(w):
 # ---- 403 -------------------------------------------------------------------
 def test_403_group_disabled(w):
     w["admin"].post("/api/group/", {"name": "closed", "rate": 1, "enabled": True})
+    w["admin"].put("/api/group/", {"name": "default", "usable_groups": ["closed"]})
     tok = w["api"].create_token(name="closed", remain_quota=1000, group="closed")
     w["admin"].put("/api/group/", {"name": "closed", "enabled": False})
     check(post(w, chat(), key=tok["key"]), 403, "group_disabled")
@@ -161,7 +162,7 @@ def test_403_key_quota_exhausted(w):
 
 def test_403_account_quota_exhausted(w):
     w["admin"].create_user("broke", quota=0)
-    api = Api.login(w["url"], "broke", "password123")
+    api = Api.login(w["url"], "broke", "Blue-Kettle-Harbor-42")
     tok = api.create_token(name="k", unlimited_quota=True)
     check(post(w, chat(), key=tok["key"]), 403, "user_quota_exhausted")
 

@@ -25,7 +25,7 @@ def w(relay, admin, fake, mongo_url):
     admin.set_price(MODEL, input_price=1, output_price=1)
     admin.set_price("other-model", input_price=1, output_price=1)
     admin.create_user("gina", quota=100_000_000)
-    api = Api.login(relay.url, "gina", "password123")
+    api = Api.login(relay.url, "gina", "Blue-Kettle-Harbor-42")
     return {"admin": admin, "api": api, "url": relay.url,
             "db": MongoClient(mongo_url)[relay.db_name], "relay": relay}
 
@@ -69,7 +69,7 @@ def test_keys_are_not_readable_in_a_database_dump(w):
 def test_other_users_cannot_see_or_change_my_keys(w):
     t = w["api"].create_token(name="mine", remain_quota=1)
     w["admin"].create_user("harry")
-    other = Api.login(w["url"], "harry", "password123")
+    other = Api.login(w["url"], "harry", "Blue-Kettle-Harbor-42")
     other.get(f"/api/token/{t['id']}", expect=404)
     other.put("/api/token/", {"id": t["id"], "name": "stolen"}, expect=404)
     other.delete(f"/api/token/{t['id']}", expect=404)
@@ -125,6 +125,8 @@ def test_every_key_change_applies_to_the_very_next_request(w):
     api.put("/api/token/", {"id": t["id"], "unlimited_quota": True})
     assert chat(w, t["key"]).status_code == 200
     admin.post("/api/group/", {"name": "g2", "rate": 1})
+    admin.put("/api/user/", {"id": api.get("/api/user/self")["data"]["id"],
+                             "usable_groups": ["g2"]})
     api.put("/api/token/", {"id": t["id"], "group": "g2"})
     r = chat(w, t["key"])  # no channel serves g2
     assert r.status_code == 503

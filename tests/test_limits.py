@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.helpers import Api, RelayProcess
+from tests.helpers import USER_PASSWORD, Api, RelayProcess
 
 MODEL = "gpt-4o-mini"  # priced by the catalogue: nobody sets a price here
 
@@ -30,7 +30,7 @@ def account(w, **limits):
     user = w["admin"].create_user(name, quota=10 ** 12)
     if limits:
         w["admin"].put("/api/user/", {"id": user["id"], **limits})
-    return Api.login(w["relay"].url, name, "password123")
+    return Api.login(w["relay"].url, name, USER_PASSWORD)
 
 
 def key(api, **limits) -> dict:

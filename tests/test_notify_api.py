@@ -65,7 +65,7 @@ def root(nrelay) -> Api:
 def new_user(root, nrelay, quota=0, **kw) -> tuple[dict, Api]:
     name = "u" + uuid.uuid4().hex[:8]
     user = root.create_user(name, quota=quota, **kw)
-    return user, Api.login(nrelay.url, name, "password123")
+    return user, Api.login(nrelay.url, name, "Blue-Kettle-Harbor-42")
 
 
 def test_channel_types(root):
@@ -396,7 +396,7 @@ def test_ssrf_guard_on_in_a_relay(fresh_relay, fake):
     relay = fresh_relay(env={"RELAY_ALLOW_PRIVATE_WEBHOOKS": "false"})
     root = Api.login(relay.url)
     root.create_user("guarded")
-    api = Api.login(relay.url, "guarded", "password123")
+    api = Api.login(relay.url, "guarded", "Blue-Kettle-Harbor-42")
     for url in (f"{fake.url}/hook/ok/ssrf", "http://localhost:8080/x", "http://10.1.2.3/x"):
         r = api.post("/api/subscription/", {
             "name": "x", "event_types": ["announcement"], "channel_type": "webhook",

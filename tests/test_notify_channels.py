@@ -49,9 +49,10 @@ def message(**kw) -> Message:
 
 def send(ctx, ctype, cfg, msg=None):
     ch = channels.get(ctype)
+    clean = ch.clean(cfg)  # renders templates: never on the event loop
 
     async def go():
-        return await ch.send(msg or message(), ch.clean(cfg), ctx)
+        return await ch.send(msg or message(), clean, ctx)
     return asyncio.run(go())
 
 

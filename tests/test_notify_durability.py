@@ -36,7 +36,7 @@ def env(**kw) -> dict:
 def user_api(root, base) -> Api:
     name = "d" + uuid.uuid4().hex[:8]
     root.create_user(name)
-    return Api.login(base, name, "password123")
+    return Api.login(base, name, "Blue-Kettle-Harbor-42")
 
 
 @pytest.mark.slow
@@ -114,7 +114,7 @@ def test_subscription_written_on_one_relay_is_used_by_another(fresh_relay, fake)
         root.set_price(model, call_price=0.002)               # 1,000 units a call
         name = "x" + tag
         user = root.create_user(name, quota=1_000_000)
-        api = Api.login(a.url, name, "password123")
+        api = Api.login(a.url, name, "Blue-Kettle-Harbor-42")
         key = api.post("/api/token/", {"name": f"K{tag}", "remain_quota": 10_000})["data"]
         client = openai.OpenAI(api_key=key["key"], base_url=b.url + "/v1", max_retries=0)
 

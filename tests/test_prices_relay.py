@@ -19,7 +19,7 @@ import requests
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.helpers import Api
+from tests.helpers import USER_PASSWORD, Api
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +38,10 @@ def env(relay, admin):
     channel("anthropic", ["claude-sonnet-4-5", "my-claude"], {"my-claude": "claude-opus-4-1"})
     channel("gemini", ["gemini-2.5-pro", "gemini-2.5-flash"])
     name = "p" + uuid.uuid4().hex[:8]
-    admin.create_user(name, quota=10 ** 12)
-    api = Api.login(relay.url, name, "password123")
+    user = admin.create_user(name, quota=10 ** 12)
+    # Keys in the rate-2 group too: an administrator's grant (usable groups).
+    admin.put("/api/user/", {"id": user["id"], "usable_groups": ["rate2"]})
+    api = Api.login(relay.url, name, USER_PASSWORD)
     yield {"admin": admin, "api": api, "url": relay.url, **fakes}
     for f in fakes.values():
         f.stop()

@@ -25,7 +25,7 @@ def fake():
 @pytest.fixture(scope="module")
 def world(relay, admin, fake):
     user = admin.create_user("alice", quota=50_000_000)
-    api = Api.login(relay.url, "alice", "password123")
+    api = Api.login(relay.url, "alice", "Blue-Kettle-Harbor-42")
     admin.create_channel(fake.url, [MODEL, "text-embedding-3-small", "public-name"],
                          model_mapping={"public-name": MODEL})
     admin.set_price(MODEL, input_price=0.15, output_price=0.6)

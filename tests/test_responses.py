@@ -11,7 +11,7 @@ import openai
 import pytest
 import requests
 
-from tests.helpers import Api
+from tests.helpers import USER_PASSWORD, Api
 from tests.vendor_env import Env, expected_units
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather for a city",
@@ -331,7 +331,7 @@ def test_stored_responses_go_with_their_key_and_owner(env, relay, admin):
     assert db.responses.count_documents({"token_id": tok["id"]}) == 0
     assert db.responses.count_documents({"token_id": tok2["id"]}) == 2
     owner = admin.create_user("gone" + tok2["key"][-6:].lower(), quota=10 ** 9)
-    api = Api.login(relay.url, owner["username"], "password123")
+    api = Api.login(relay.url, owner["username"], USER_PASSWORD)
     t3 = api.create_token(name="k", remain_quota=10 ** 8)
     client(env, t3).responses.create(model="anthropic-model", input="Keep.")
     assert db.responses.count_documents({"user_id": owner["id"]}) == 1

@@ -36,7 +36,7 @@ class Env:
                       "gemini": self.gemini, "azure": self.azure}
         name = "u" + uuid.uuid4().hex[:8]
         self.user = admin.create_user(name, quota=10 ** 12)
-        self.user_api = Api.login(relay.url, name, "password123")
+        self.user_api = Api.login(relay.url, name, "Blue-Kettle-Harbor-42")
         # One model per channel type, mapped to a different upstream name so
         # that the mapping is seen to happen.
         self.models = {}

@@ -54,7 +54,7 @@ class WebhookChannel(Channel):
 
     async def send(self, msg: Message, config: dict, ctx: Context) -> str:
         try:
-            body = render_body(config, msg.vars).encode()
+            body = (await templates.run(render_body, config, msg.vars)).encode()
         except ValueError as exc:
             raise DeliveryError(str(exc), permanent=True) from None
         headers = {"Content-Type": content_type(config), **(config.get("headers") or {}),

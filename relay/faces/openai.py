@@ -7,9 +7,7 @@ a `StreamWriter` and `render`.
 """
 from __future__ import annotations
 
-import json
-
-from relay import sse
+from relay import jsonin, sse
 from relay.adaptors.base import Call, Chunk
 from relay.errors import bad_request
 
@@ -17,13 +15,12 @@ FAMILY = "openai"
 
 
 def load_json(raw: bytes) -> dict:
+    """The request body as a JSON object, through the one parser every route
+    family shares (relay/jsonin.py); RelayError(400) naming the field."""
     try:
-        doc = json.loads(raw or b"")
-    except ValueError as exc:
-        raise bad_request(f"The request body is not valid JSON: {exc}", "invalid_json") from None
-    if not isinstance(doc, dict):
-        raise bad_request("The request body must be a JSON object.", "invalid_json")
-    return doc
+        return jsonin.parse_object(raw or b"")
+    except jsonin.BadInput as exc:
+        raise jsonin.relay_error(exc) from None
 
 
 def require_model(doc: dict) -> str:
@@ -40,7 +37,10 @@ def parse_chat(request_id: str, raw: bytes) -> Call:
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty array.", "missing_messages", "messages")
     stream = bool(doc.get("stream"))
-    wants_usage = stream and bool((doc.get("stream_options") or {}).get("include_usage"))
+    options = doc.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise bad_request("'stream_options' must be an object.", "invalid_type", "stream_options")
+    wants_usage = stream and bool(options.get("include_usage"))
     return Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=doc,
                 raw=raw, native_body=doc, stream=stream, client_wants_usage=wants_usage)
 

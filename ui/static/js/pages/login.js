@@ -15,7 +15,7 @@ form.addEventListener('submit', async (ev) => {
     // Only a path on this server: never an open redirect.
     location.href = next.startsWith('/console') ? next : '/console/';
   } catch (err) {
-    if (err.status === 429) err.message = t('login.too_many');
+    if (err.status === 429) err.message = t('login.too_many', { seconds: (err.data && err.data.retry_after) || 1 });
     showError(status, err);
   } finally {
     $('#login-submit').disabled = false;

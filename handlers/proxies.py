@@ -1,0 +1,64 @@
+"""The client's real address and scheme behind a reverse proxy or CDN.
+
+X-Forwarded-For, X-Real-IP and X-Forwarded-Proto are believed only when
+the connection comes from an address in the `trusted_proxies` setting
+(CIDR ranges), and X-Forwarded-For is read from the right: each hop that is
+itself a trusted proxy is skipped, and the first one that is not is the
+client.  Whatever a client writes into these headers itself sits to the
+left of what its first proxy appended, so it is never taken.
+
+`apply` runs once per request, before routing (server.RelayApplication), and
+rewrites request.remote_ip and request.protocol: key allow-lists, sign-in
+throttling, usage records, Secure cookies and the access log all see the
+result.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+from models.records import parse_networks
+
+
+def networks(setting: str) -> tuple:
+    """The trusted_proxies setting (comma- or space-separated CIDRs) parsed;
+    raises ValueError naming a bad entry."""
+    return parse_networks(setting or "")
+
+
+def _ip(text: str):
+    try:
+        addr = ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+    if addr.version == 6 and addr.ipv4_mapped:
+        addr = addr.ipv4_mapped
+    return addr
+
+
+def _trusted(addr, nets: tuple) -> bool:
+    return addr is not None and any(addr in n for n in nets if n.version == addr.version)
+
+
+def apply(request, nets: tuple) -> None:
+    if not nets:
+        return
+    peer = _ip(request.remote_ip or "")
+    if not _trusted(peer, nets):
+        return
+    client = None
+    hops = [h for v in request.headers.get_list("X-Forwarded-For") for h in v.split(",")]
+    for hop in reversed(hops):
+        addr = _ip(hop)
+        if addr is None:
+            break  # garbage: stop at the last hop we could read
+        client = addr
+        if not _trusted(addr, nets):
+            break
+    if client is None:
+        client = _ip(request.headers.get("X-Real-IP", ""))
+    if client is not None:
+        request.remote_ip = str(client)
+    proto = request.headers.get("X-Forwarded-Proto", "") or request.headers.get("X-Scheme", "")
+    proto = proto.split(",")[-1].strip().lower()
+    if proto in ("http", "https"):
+        request.protocol = proto

@@ -1,0 +1,64 @@
+"""Changes to stored data that run once at start (each is idempotent).
+
+install(app) is listed in server.INSTALLERS: it runs these before the server
+takes requests.
+"""
+from __future__ import annotations
+
+import logging
+
+from models.records import to_decimal
+from models.secrets import mask
+from models.store import PyMongoError
+
+log = logging.getLogger("relay.migrations")
+
+
+async def hash_redemption_codes(store, vault) -> int:
+    """Redemption codes were stored in plain text; now only a keyed hash
+    (like API keys) and a masked hint are kept.  Returns how many changed."""
+    try:
+        # The old unique index on the plain code: with codes no longer
+        # stored, MongoDB would see every new one as a duplicate null.
+        await store.db.redemptions.drop_index("key_1")
+    except PyMongoError:
+        pass
+    n = 0
+    async for doc in store.db.redemptions.find({"key": {"$exists": True}}):
+        code = doc["key"]
+        await store.db.redemptions.update_one(
+            {"_id": doc["_id"]},
+            {"$set": {"key_hash": vault.lookup_hash(code), "key_hint": mask(code, 4)},
+             "$unset": {"key": ""}})
+        n += 1
+    if n:
+        log.info("redemption codes: %d stored as keyed hashes", n)
+    return n
+
+
+async def seed_usable_groups(store) -> int:
+    """Groups from before "usable groups" existed get a list: every enabled
+    group at the same or a higher rate.  Users keep the choice they had,
+    except moving a key to a cheaper group than their own (the hole this
+    closes).  Returns how many groups changed."""
+    docs = await store.db.groups.find({}).to_list(10_000)
+    rate = {d["_id"]: to_decimal(d.get("rate", "1")) for d in docs}
+    n = 0
+    for d in docs:
+        if "usable_groups" in d:
+            continue
+        usable = sorted(g["_id"] for g in docs
+                        if g["_id"] != d["_id"] and g.get("enabled", True)
+                        and rate[g["_id"]] >= rate[d["_id"]])
+        await store.db.groups.update_one({"_id": d["_id"]}, {"$set": {"usable_groups": usable}})
+        n += 1
+    return n
+
+
+def install(app) -> None:
+    async def on_start(_app) -> None:
+        s = app.settings
+        await hash_redemption_codes(s["store"], s["vault"])
+        if await seed_usable_groups(s["store"]):
+            await s["catalog"].reload_groups()
+    app.settings["on_start"].insert(0, on_start)

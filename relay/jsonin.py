@@ -1,0 +1,313 @@
+"""Where request bytes become values: the one JSON parser for every route
+family (the relay faces through relay/faces/openai.load_json, /api through
+ApiHandler.body_json) and the typed checks for single values (JSON fields
+and query parameters alike).
+
+What it refuses, each with a BadInput naming the field:
+- bytes that are not UTF-8 (raw ED A0 80, an encoded surrogate, is not);
+- lone surrogates written as escapes ("\\ud800"): they cannot be stored,
+  hashed or sent on; a proper pair ("\\ud83d\\ude00") is one character;
+- NaN, Infinity, numbers that overflow a double, and integers outside the
+  signed 64-bit range (what MongoDB and every vendor API can hold);
+- nesting deeper than MAX_DEPTH: deep enough for real JSON schemas in
+  tools, and shallow enough that no code after us (converters, tokenizer,
+  the BSON encoder, which refuses 100 levels) ever meets a RecursionError.
+
+Cost on the hot path: a strict decode, two byte counts and three regex
+scans, all in C; the Python walk over the document runs only when one of
+them says it might find something (many brackets, a surrogate escape, a
+refused number).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from relay.errors import RelayError
+
+MAX_DEPTH = 64
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONG_INT = re.compile(rb"\d{19}")
+_BIG_FLOAT = re.compile(rb"[eE]\+?\d{3}|\d{300}")
+# One token of JSON text, for naming the field where nesting gets too deep.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}:,]')
+_SCAN_TOKENS, _SCAN_CHARS = 200_000, 2_000_000
+
+
+class BadInput(ValueError):
+    """A value the request may not carry.  `field` is a path such as
+    "messages[0].content" (None for the body as a whole); status is 400,
+    or 413 for size."""
+
+    def __init__(self, message: str, field: str | None = None, status: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.status = status
+
+
+def relay_error(exc: BadInput) -> RelayError:
+    """The relay families' error for a BadInput (rendered in each family's body)."""
+    if exc.status == 413:
+        return RelayError(413, exc.message, "invalid_request_error", "request_too_large")
+    code = "invalid_value" if exc.field else "invalid_json"
+    return RelayError(exc.status, exc.message, "invalid_request_error", code, exc.field)
+
+
+class _Refused:
+    """Stands in for a number the parser refused, until the walk names it."""
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _constant(name: str) -> _Refused:
+    return _Refused(f"is {name}, which JSON does not allow")
+
+
+def _int(text: str):
+    value = int(text)
+    if INT64_MIN <= value <= INT64_MAX:
+        return value
+    return _Refused("is an integer outside the signed 64-bit range")
+
+
+def _float(text: str):
+    value = float(text)
+    return value if math.isfinite(value) else _Refused("is a number too large to hold")
+
+
+def parse(raw: bytes | str, what: str = "The request body", max_depth: int = MAX_DEPTH) -> Any:
+    """JSON text -> value, or BadInput saying what is wrong and where."""
+    if isinstance(raw, str):
+        text = raw
+    else:
+        if raw[:3] == b"\xef\xbb\xbf":
+            raw = raw[3:]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(raw, exc, what, max_depth) from None
+    if not text.strip():
+        raise BadInput(f"{what} is empty; send a JSON object.")
+    data = raw if isinstance(raw, bytes) else text.encode("utf-8", "surrogatepass")
+    refused = []
+
+    def constant(name):
+        refused.append(1)
+        return _constant(name)
+
+    hooks: dict = {"parse_constant": constant}
+    if _LONG_INT.search(data):
+        hooks["parse_int"] = lambda t: _note(refused, _int(t))
+    if _BIG_FLOAT.search(data):
+        hooks["parse_float"] = lambda t: _note(refused, _float(t))
+    try:
+        doc = json.loads(text, **hooks)
+    except RecursionError:
+        raise _too_deep(text, what, max_depth) from None
+    except ValueError as exc:
+        raise BadInput(f"{what} is not valid JSON: {exc}.") from None
+    deep = data.count(b"[") + data.count(b"{") > max_depth
+    surrogates = bool(_SURROGATE_ESCAPE.search(data))
+    if deep or surrogates or refused:
+        problem = _check(doc, max_depth if deep else 0, surrogates)
+        if problem is not None:
+            field, message = problem
+            raise BadInput(message.replace("{what}", what), field or None)
+    return doc
+
+
+def parse_object(raw: bytes | str, what: str = "The request body") -> dict:
+    doc = parse(raw, what)
+    if not isinstance(doc, dict):
+        raise BadInput(f"{what} must be a JSON object.")
+    return doc
+
+
+def _note(refused: list, value):
+    if isinstance(value, _Refused):
+        refused.append(1)
+    return value
+
+
+def _check(doc, max_depth: int, surrogates: bool):
+    """(path, problem) of the first refused value, or None.  Iterative: it
+    must not itself recurse on what it is there to refuse."""
+    stack = [(doc, 1, "")]
+    while stack:
+        value, depth, path = stack.pop()
+        if isinstance(value, dict):
+            if max_depth and depth > max_depth:
+                return _deep(path, max_depth)
+            for k, v in value.items():
+                sub = f"{path}.{_name(k)}" if path else _name(k)
+                if surrogates and _SURROGATE.search(k):
+                    return _lone(sub)
+                stack.append((v, depth + 1, sub))
+        elif isinstance(value, list):
+            if max_depth and depth > max_depth:
+                return _deep(path, max_depth)
+            stack.extend((v, depth + 1, f"{path}[{i}]") for i, v in enumerate(value))
+        elif isinstance(value, _Refused):
+            return path, f"'{path}' {value.why}." if path else f"{{what}} {value.why}."
+        elif surrogates and isinstance(value, str) and _SURROGATE.search(value):
+            return _lone(path)
+    return None
+
+
+def _deep(path: str, max_depth: int):
+    """Deep nesting is named by its top-level field: the full path is a
+    thousand "[0]"s long."""
+    top = re.match(r"[^.\[]*", path).group()
+    where = f" in '{top}'" if top else ""
+    return top, f"{{what}} nests deeper than {max_depth} levels{where}."
+
+
+def _name(key: str) -> str:
+    """A key as it may appear in a message: short, and with any surrogate
+    written as its escape (the message itself must be valid text)."""
+    key = key if len(key) <= 64 else key[:61] + "..."
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", key)
+
+
+def _lone(path: str):
+    return path, (f"'{path}' contains a lone surrogate (U+D800-U+DFFF) that is not valid "
+                  "Unicode; send proper text (a surrogate pair is fine).")
+
+
+def _not_utf8(raw: bytes, exc: UnicodeDecodeError, what: str, max_depth: int) -> BadInput:
+    """Name the field holding the bad bytes when the rest is readable JSON."""
+    where = f"byte {exc.start}"
+    try:
+        doc = json.loads(raw.decode("utf-8", "surrogateescape"))
+        found = _check(doc, max_depth, True)
+        if found is not None and found[0]:
+            return BadInput(f"{what} is not valid UTF-8: '{found[0]}' holds bytes that are not "
+                            f"(first at {where}).", found[0])
+    except (ValueError, RecursionError):
+        pass
+    return BadInput(f"{what} is not valid UTF-8 (first bad byte at {where}).")
+
+
+def _too_deep(text: str, what: str, max_depth: int) -> BadInput:
+    field, problem = _deep(_path_at_depth(text, max_depth), max_depth)
+    return BadInput(problem.replace("{what}", what), field or None)
+
+
+def _path_at_depth(text: str, max_depth: int) -> str:
+    """The path at which text first nests deeper than max_depth, found with a
+    bounded token scan (the parser could not build the document)."""
+    stack: list[list] = []  # [is_object, key or index]
+    pending_key = None
+    for n, m in enumerate(_TOKEN.finditer(text, 0, _SCAN_CHARS)):
+        if n > _SCAN_TOKENS:
+            return ""
+        tok = m.group()
+        if tok in "[{":
+            if len(stack) >= max_depth:
+                return _format_path(stack)
+            stack.append([tok == "{", None if tok == "{" else 0])
+        elif tok in "]}":
+            if stack:
+                stack.pop()
+        elif tok == ",":
+            if stack and not stack[-1][0]:
+                stack[-1][1] += 1
+        elif tok == ":":
+            if stack and stack[-1][0]:
+                stack[-1][1] = pending_key
+        else:
+            pending_key = _name(tok[1:-1])
+    return ""
+
+
+def _format_path(stack: list) -> str:
+    out = ""
+    for is_obj, key in stack:
+        if is_obj:
+            if key is not None:
+                out += f".{key}" if out else str(key)
+        else:
+            out += f"[{key}]"
+    return out
+
+
+# ---- single values: JSON fields and query parameters ------------------------
+def whole(value, field: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
+    """A whole number from a JSON number or its decimal text, within [lo, hi]."""
+    if isinstance(value, bool) or value is None:
+        raise BadInput(f"{field} must be a whole number.", field)
+    if isinstance(value, int):
+        n = value
+    else:
+        if isinstance(value, str):
+            s = value.strip()
+            if re.fullmatch(r"[+-]?\d{1,25}", s):
+                value = int(s)
+            else:
+                try:
+                    value = float(s) if len(s) <= 40 else math.nan
+                except ValueError:
+                    raise BadInput(f"{field} must be a whole number, not {value[:40]!r}.",
+                                   field) from None
+        if isinstance(value, float):
+            if not math.isfinite(value) or value != int(value):
+                raise BadInput(f"{field} must be a whole number.", field)
+            value = int(value)
+        if not isinstance(value, int):
+            raise BadInput(f"{field} must be a whole number.", field)
+        n = value
+    if not lo <= n <= hi:
+        raise BadInput(f"{field} must be between {lo} and {hi}.", field)
+    return n
+
+
+def number(value, field: str, lo: float = -1e15, hi: float = 1e15) -> float:
+    """A finite number from a JSON number or its decimal text, within [lo, hi]."""
+    if isinstance(value, bool) or value is None:
+        raise BadInput(f"{field} must be a number.", field)
+    if isinstance(value, str):
+        try:
+            value = float(value.strip()) if len(value) <= 40 else math.nan
+        except ValueError:
+            raise BadInput(f"{field} must be a number, not {value[:40]!r}.", field) from None
+    if not isinstance(value, (int, float)):
+        raise BadInput(f"{field} must be a number.", field)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadInput(f"{field} must be a finite number.", field)
+    if not lo <= value <= hi:
+        raise BadInput(f"{field} must be between {lo:g} and {hi:g}.", field)
+    return value
+
+
+def text(value, field: str, max_len: int = 10_000, default: str = "") -> str:
+    """A string (numbers are taken as their text), at most max_len characters."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise BadInput(f"{field} must be a string.", field)
+    s = value if isinstance(value, str) else str(value)
+    if len(s) > max_len:
+        raise BadInput(f"{field} is longer than {max_len} characters.", field)
+    if _SURROGATE.search(s):
+        raise BadInput(_lone(field)[1], field)
+    return s
+
+
+def flag(value, field: str) -> bool:
+    """A boolean, also from the usual query spellings (1/0, true/false, yes/no)."""
+    if isinstance(value, bool):
+        return value
+    if value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0",
+                                                            "false", "no", "off", ""):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    raise BadInput(f"{field} must be true or false.", field)
