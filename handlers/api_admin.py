@@ -13,7 +13,7 @@ from models.records import (MAX_QUOTA, PRICE_COMPONENTS, Price, User, parse_tier
                             to_decimal)
 from models.secrets import mask
 from models.store import DuplicateKeyError, now
-from relay import price_catalogue, registry
+from relay import jsonin, price_catalogue, registry
 from relay.adaptors.base import Call
 
 
@@ -155,16 +155,19 @@ class PricesHandler(ApiHandler):
         an override of the catalogue's, complete in itself."""
         self.require_admin()
         body = self.body_json()
-        model = str(body.get("model") or "")
+        model = jsonin.text(body.get("model"), "model", 200)
         if not model.strip() or model != model.strip():
             raise ApiError(400, "Give the model name, without leading or trailing spaces.")
-        group = str(body.get("group") or "")
+        group = jsonin.text(body.get("group"), "group", 64)
         if group and group not in self.ctx["catalog"].groups:
             raise ApiError(400, f"There is no group named {group!r}.")
         try:
-            tiers = tiers_doc(parse_tiers(body.get("tiers")))
+            tiers = parse_tiers(body.get("tiers"))
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
+        # A tier's prices within the same bounds as the components'.
+        tiers = tiers_doc(tuple((above, {k: _dec(v, f"tiers[{i}].{k}") for k, v in prices.items()})
+                                for i, (above, prices) in enumerate(tiers)))
         doc = {"_id": f"{model}@{group}", "model": model, "group": group,
                **{f: _dec(body.get(f, 0), f) for f in PRICE_COMPONENTS}, "tiers": tiers,
                "updated_time": now()}

@@ -199,6 +199,43 @@ def test_path_id_beyond_int64(w):
     no_traceback(w)
 
 
+# ---- the routes issues 8, 12 and 13 added ------------------------------------
+def test_completions_with_the_largest_max_tokens_n_and_best_of(w):
+    body = {"model": MODEL, "prompt": ["a", "b"], "max_tokens": 2 ** 63 - 1, "n": 128,
+            "best_of": 128}
+    r = raw_post(w, "/v1/completions", json.dumps(body))
+    # More than any balance could reserve: refused, never an overflow here.
+    assert 400 <= r.status_code < 500, r.text
+    no_traceback(w)
+
+
+def test_rate_limits_are_typed(w):
+    for raw in (b'{"name": "x", "rpm_limit": 1e30}', b'{"name": "x", "tpm_limit": NaN}',
+                b'{"name": "x", "concurrency_limit": -1}', b'{"name": "x", "rpm_limit": "2x"}'):
+        envelope(api_raw(w, "POST", "/api/token/", raw), 400, "limit")
+    uid = w["api"].get("/api/user/self")["data"]["id"]
+    envelope(api_raw(w, "PUT", "/api/user/", b'{"id": %d, "tpm_limit": 1e300}' % uid), 400,
+             "tpm_limit")
+    no_traceback(w)
+
+
+def test_price_fields_and_tiers_are_bounded(w):
+    for raw, name in ((b'{"model": {"a": 1}, "input_price": 1}', "model"),
+                      (b'{"model": "m", "group": ["x"]}', "group"),
+                      (b'{"model": "m", "tiers": [{"above": 10, "input_price": "1e999"}]}',
+                       "input_price"),
+                      (b'{"model": "m", "tiers": [{"above": 1e30}]}', "above"),
+                      (b'{"model": "m", "cache_write_price": "1e999"}', "cache_write_price")):
+        envelope(api_raw(w, "POST", "/api/price/", raw), 400, name)
+    no_traceback(w)
+
+
+def test_password_reset_of_an_id_beyond_int64(w):
+    r = api_raw(w, "POST", "/api/user/99999999999999999999/password", b"")
+    assert r.status_code in (400, 404) and r.json()["success"] is False, r.text
+    no_traceback(w)
+
+
 # ---- size --------------------------------------------------------------------
 def test_api_body_over_8mb_gets_413_envelope(w):
     raw = b'{"name": "' + b"a" * (9 * 1024 * 1024) + b'"}'
