@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import requests
+from pymongo import MongoClient
 
 from tests.helpers import ADMIN_PASSWORD, ROOT, USER_PASSWORD, Api, RelayProcess
 
@@ -48,14 +49,18 @@ def test_own_password_change_asks_for_the_current_one(relay, admin):
     login(relay.url, "rhea", NEW)
 
 
-def test_admin_reset_forces_a_new_password_before_anything_else(relay, admin):
+def test_admin_reset_forces_a_new_password_before_anything_else(relay, admin, mongo_url):
+    sessions = MongoClient(mongo_url)[relay.db_name].sessions
     user = admin.create_user("sven")
     old, _ = login(relay.url, "sven", USER_PASSWORD)
     token_api = Api.login(relay.url, "sven", USER_PASSWORD)
+    assert sessions.count_documents({"uid": user["id"]}) == 2
     reset = admin.post(f"/api/user/{user['id']}/password")["data"]
     temp = reset["password"]
     assert reset["username"] == "sven" and len(temp) >= 16
-    # The reset ends the user's sessions and access token.
+    # The reset ends the user's sessions (gone from the database, in every
+    # process) and access token.
+    assert sessions.count_documents({"uid": user["id"]}) == 0
     assert old.get(relay.url + "/api/user/self").status_code == 401
     assert token_api.get("/api/user/self", expect=401)
     assert requests.post(relay.url + "/api/user/login",
@@ -85,8 +90,11 @@ def test_admin_reset_forces_a_new_password_before_anything_else(relay, admin):
 
 def test_admin_sets_a_password_the_user_must_replace(relay, admin):
     user = admin.create_user("tove")
+    before, _ = login(relay.url, "tove", USER_PASSWORD)
     admin.put("/api/user/", {"id": user["id"], "password": "short"}, expect=400)
+    admin.put("/api/user/", {"id": user["id"], "password": "password123"}, expect=400)
     admin.put("/api/user/", {"id": user["id"], "password": NEW})
+    assert before.get(relay.url + "/api/user/self").status_code == 401
     _, data = login(relay.url, "tove", NEW)
     assert data["must_change_password"] is True
     me = admin.get("/api/user/self")["data"]
@@ -142,8 +150,11 @@ def test_reset_admin_password_with_the_embedded_database(tmp_path):
 
 def test_reset_admin_password_with_a_database_url_while_a_relay_runs(fresh_relay, mongo_url):
     relay = fresh_relay()
-    session, _ = login(relay.url, "root", ADMIN_PASSWORD)
+    session, data = login(relay.url, "root", ADMIN_PASSWORD)
+    sessions = MongoClient(mongo_url)[relay.db_name].sessions
+    assert sessions.count_documents({"uid": data["id"]}) == 1
     password = reset_cli("--mongo-url", mongo_url, "--db-name", relay.db_name)
+    assert sessions.count_documents({"uid": data["id"]}) == 0
     assert session.get(relay.url + "/api/user/self").status_code == 401
     s, data = login(relay.url, "root", password)
     assert data["must_change_password"] is True
