@@ -5,9 +5,8 @@ nesting), against real fake upstreams of every channel type.  No answer may
 be a 500 and the relay's log must hold no traceback.
 
 Adding a face is one entry in FACES: a name and a strategy of requests.
-A face the relay does not serve (yet) is skipped, so /v1/responses is
-fuzzed as soon as it exists.  Bounded: EXAMPLES per face, derandomized,
-loopback only (the fakes run on 127.0.0.1).
+Bounded: EXAMPLES per face, derandomized, loopback only (the fakes run on
+127.0.0.1).
 """
 from __future__ import annotations
 
@@ -24,9 +23,10 @@ from hypothesis import strategies as st  # noqa: E402
 
 from tests.fakes.anthropic_upstream import FakeAnthropic  # noqa: E402
 from tests.fakes.gemini_upstream import FakeGemini  # noqa: E402
-from tests.fakes.media_upstream import FakeMedia, make_wav  # noqa: E402
+from tests.fakes.media_upstream import make_wav  # noqa: E402
 from tests.fakes.mj_upstream import FakeMidjourney  # noqa: E402
 from tests.fakes.openai_upstream import FakeOpenAI  # noqa: E402
+from tests.fakes.text_upstream import FakeText  # noqa: E402
 from tests.helpers import Api, RelayProcess  # noqa: E402
 from tests.tenant import Tenant  # noqa: E402
 
@@ -34,6 +34,9 @@ pytestmark = pytest.mark.slow
 
 EXAMPLES = 60
 CHAT_MODELS = ["oa-model", "an-model", "ge-model"]
+# Served by the text fake (tests/fakes/text_upstream.py): legacy completions,
+# moderations, rerank, image edits and translations.
+TEXT_MODELS = ["instruct-model", "mod-model", "rerank-model", "dall-e-2", "whisper-1"]
 MJ_MODELS = ["mj_imagine", "mj_upscale", "mj_variation", "mj_reroll", "mj_describe",
              "mj_blend", "mj_shorten", "mj_action", "mj_modal", "mj_inpaint"]
 
@@ -159,6 +162,26 @@ RESPONSES = fields({"model": st.sampled_from(CHAT_MODELS),
                    {"stream": st.booleans(), "instructions": text, "store": st.booleans(),
                     "max_output_tokens": small_int, "tools": anything})
 
+token_ids = st.lists(st.integers(-5, 100_000), max_size=4)
+COMPLETIONS = fields({"model": st.sampled_from(["instruct-model", "oa-model"]),
+                      "prompt": st.one_of(text, st.lists(text, max_size=3), token_ids,
+                                          st.lists(token_ids, max_size=3))},
+                     {"stream": st.booleans(), "max_tokens": small_int, "n": small_int,
+                      "best_of": small_int, "suffix": text, "echo": st.booleans(),
+                      "logprobs": small_int, "stream_options": st.just({"include_usage": True}),
+                      "temperature": st.floats(0, 2)})
+mpart = st.one_of(st.fixed_dictionaries({"type": st.just("text"), "text": text}),
+                  st.fixed_dictionaries({"type": st.just("image_url"), "image_url": st.just(
+                      {"url": "data:image/png;base64,iVBORw0KGgo="})}))
+MODERATIONS = fields({"input": st.one_of(text, st.lists(text, max_size=3),
+                                         st.lists(mpart, max_size=3))},
+                     {"model": st.sampled_from(["mod-model", "omni-moderation-latest"])})
+RERANK = fields({"model": st.sampled_from(["rerank-model", "oa-model"]), "query": text,
+                 "documents": st.lists(st.one_of(text, st.fixed_dictionaries({"text": text})),
+                                       max_size=4)},
+                {"top_n": small_int, "return_documents": st.booleans()})
+response_id = st.one_of(st.just("resp_0123456789abcdef"), text.map(lambda t: quote(t, safe="")))
+
 
 def post(path, body, auth="bearer", extra=None):
     def make(raw, key):
@@ -203,38 +226,97 @@ def mj_request(draw):
 
 
 WAV = make_wav(0.2)
+PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06"
+       b"\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\xcf\xc0\xf0\x1f\x00\x05"
+       b"\x00\x01\xff\x89\x99=\x1d\x00\x00\x00\x00IEND\xaeB`\x82")
+# (fields always sent, with their good value; other fields; values to try)
+AUDIO_FIELDS = ({"model": "whisper-1"},
+                ["response_format", "temperature", "language", "prompt",
+                 "timestamp_granularities[]", "x"],
+                ["whisper-1", "json", "text", "verbose_json", "0.5", "2"])
+EDIT_FIELDS = ({"model": "dall-e-2", "prompt": "a cat"},
+               ["n", "size", "response_format", "quality", "x"],
+               ["dall-e-2", "gpt-image-1", "a cat", "1", "3", "256x256", "b64_json", "url"])
+# (the file field a good call sends; other file fields; file name, type, good bytes)
+AUDIO_FILES = ("file", [], "a.wav", "audio/wav", WAV)
+EDIT_FILES = ("image", ["image[]", "mask"], "a.png", "image/png", PNG)
 
 
 @st.composite
-def transcription(draw):
+def multipart(draw, path: str, names_values: tuple, files: tuple):
+    """An upload that streams through (relay/upload.py): fields of the right
+    names with right and wrong values, files real or not, a body cut short,
+    a wrong or missing boundary."""
+    required, names, values = names_values
+    main_file, file_names, filename, ctype_of_file, good = files
     boundary = "fuzzboundary" + draw(st.sampled_from(["", "x"]))
+    value = st.one_of(st.sampled_from(values), text)
+    chosen = {k: draw(st.one_of(st.just(v), st.just(v), st.just(v), value))
+              for k, v in required.items() if draw(st.sampled_from([True] * 5 + [False]))}
+    chosen.update(draw(st.dictionaries(st.sampled_from(names), value, max_size=4)))
     parts = []
-    for name, value in draw(st.dictionaries(
-            st.sampled_from(["model", "response_format", "temperature", "language", "prompt",
-                             "timestamp_granularities[]", "x"]),
-            st.one_of(st.sampled_from(["whisper-1", "json", "text", "verbose_json", "0.5", "2"]),
-                      text), max_size=5)).items():
+    for name, value in chosen.items():
         parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
                      .encode() + value.encode("utf-8", "surrogatepass") + b"\r\n")
-    if draw(st.booleans()):
-        data = draw(st.one_of(st.just(WAV), st.binary(max_size=200)))
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
-                     f'filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n'.encode() + data + b"\r\n")
-    body = b"".join(parts) + draw(st.sampled_from([f"--{boundary}--\r\n".encode(), b"", b"--"]))
-    ctype = draw(st.sampled_from([f"multipart/form-data; boundary={boundary}",
-                                  "multipart/form-data", "application/json",
-                                  f"multipart/form-data; boundary={boundary}x"]))
-    return lambda key: Request("POST", "/v1/audio/transcriptions",
-                               {"Authorization": f"Bearer {key}", "Content-Type": ctype}, body)
+    uploads = [main_file] * draw(st.sampled_from([1, 1, 1, 0, 2])) + draw(
+        st.lists(st.sampled_from(file_names or [main_file]), max_size=2))
+    for name in uploads:
+        data = draw(st.one_of(st.just(good), st.just(good), st.binary(max_size=200)))
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; '
+                     f'filename="{filename}"\r\nContent-Type: {ctype_of_file}\r\n\r\n'.encode()
+                     + data + b"\r\n")
+    end = f"--{boundary}--\r\n".encode()
+    body = b"".join(parts) + draw(st.sampled_from([end, end, end, b"", b"--"]))
+    ctype = draw(st.sampled_from([f"multipart/form-data; boundary={boundary}"] * 3 + [
+        "multipart/form-data", "application/json", f"multipart/form-data; boundary={boundary}x"]))
+    return lambda key: Request("POST", path, {"Authorization": f"Bearer {key}",
+                                              "Content-Type": ctype}, body)
+
+
+@st.composite
+def stored_response(draw):
+    """The routes of responses stored here: retrieve, delete, cancel, input
+    items, with ids real-looking or not and query values of every kind."""
+    rid = draw(response_id)
+    method, tail = draw(st.sampled_from([("GET", ""), ("DELETE", ""), ("POST", "/cancel"),
+                                         ("GET", "/input_items")]))
+    query = draw(st.dictionaries(st.sampled_from(["limit", "order", "after", "include[]",
+                                                  "stream", "starting_after"]),
+                                 st.one_of(st.sampled_from(["1", "100", "101", "-1", "asc",
+                                                            "desc", "x", "1e99",
+                                                            "99999999999999999999"]),
+                                           text.map(lambda t: quote(t, safe=""))),
+                                 max_size=3))
+    q = "&".join(f"{k}={v}" for k, v in query.items())
+    path = f"/v1/responses/{rid or 'x'}{tail}" + (f"?{q}" if q else "")
+    return lambda key: Request(method, path, {"Authorization": f"Bearer {key}"})
+
+
+@st.composite
+def model_list(draw):
+    """GET /v1/models in each family's shape, with each family's paging."""
+    family = draw(st.sampled_from(["openai", "anthropic", "gemini"]))
+    model = draw(st.one_of(st.just(""), st.sampled_from(CHAT_MODELS + ["nope", "a:b"]),
+                           text.map(lambda t: quote(t, safe=""))))
+    query = draw(st.dictionaries(st.sampled_from(["limit", "after_id", "before_id", "pageSize",
+                                                  "pageToken"]),
+                                 st.one_of(st.sampled_from(["0", "1", "1000", "-1", "x",
+                                                            "99999999999999999999", "oa-model"]),
+                                           text.map(lambda t: quote(t, safe=""))),
+                                 max_size=3))
+    q = "&".join(f"{k}={v}" for k, v in query.items())
+    base = "/v1beta/models" if family == "gemini" and draw(st.booleans()) else "/v1/models"
+    path = base + (f"/{model}" if model else "") + (f"?{q}" if q else "")
+    headers = {"openai": lambda k: {"Authorization": f"Bearer {k}"},
+               "anthropic": lambda k: {"x-api-key": k, "anthropic-version": "2023-06-01"},
+               "gemini": lambda k: {"x-goog-api-key": k}}[family]
+    return lambda key: Request("GET", path, headers(key))
 
 
 @dataclass
 class Face:
     name: str
     requests: st.SearchStrategy
-    # A request that must not get the unknown-path 404 for the face to count
-    # as served (None: always served).
-    probe: tuple | None = None
 
 
 FACES = [
@@ -245,17 +327,25 @@ FACES = [
     Face("gemini", gemini_request()),
     Face("images", post("/v1/images/generations", IMAGES)),
     Face("speech", post("/v1/audio/speech", SPEECH)),
-    Face("transcriptions", transcription()),
+    Face("transcriptions", multipart("/v1/audio/transcriptions", AUDIO_FIELDS, AUDIO_FILES)),
+    Face("translations", multipart("/v1/audio/translations", AUDIO_FIELDS, AUDIO_FILES)),
+    Face("image_edits", multipart("/v1/images/edits", EDIT_FIELDS, EDIT_FILES)),
     Face("midjourney", mj_request()),
-    Face("responses", post("/v1/responses", RESPONSES),
-         probe=("/v1/responses", {"model": "oa-model", "input": "hi"})),
+    Face("responses", post("/v1/responses", RESPONSES)),
+    Face("responses_input_tokens", post("/v1/responses/input_tokens", RESPONSES)),
+    Face("responses_compact", post("/v1/responses/compact", RESPONSES)),
+    Face("stored_responses", stored_response()),
+    Face("completions", post("/v1/completions", COMPLETIONS)),
+    Face("moderations", post("/v1/moderations", MODERATIONS)),
+    Face("rerank", post("/v1/rerank", RERANK)),
+    Face("models", model_list()),
 ]
 
 
 @pytest.fixture(scope="module")
 def env(mongo_url, tmp_path_factory):
     fakes = {"openai": FakeOpenAI().start(), "anthropic": FakeAnthropic().start(),
-             "gemini": FakeGemini().start(), "media": FakeMedia().start(),
+             "gemini": FakeGemini().start(), "media": FakeText().start(),
              "mj": FakeMidjourney().start()}
     relay = RelayProcess(mongo_url, str(tmp_path_factory.mktemp("fuzzfaces")),
                          env={"RELAY_MJ_POLL_INTERVAL": "0.5"}).start()
@@ -263,12 +353,14 @@ def env(mongo_url, tmp_path_factory):
     admin.create_channel(fakes["openai"].url, ["oa-model"], name="oa")
     admin.create_channel(fakes["anthropic"].url, ["an-model"], name="an", type="anthropic")
     admin.create_channel(fakes["gemini"].url, ["ge-model"], name="ge", type="gemini")
-    admin.create_channel(fakes["media"].url, ["whisper-1", "tts-1", "dall-e-3"], name="media")
+    admin.create_channel(fakes["media"].url, ["tts-1", "dall-e-3"] + TEXT_MODELS, name="media")
     admin.create_channel(fakes["mj"].url, MJ_MODELS, name="mj", type="midjourney",
                          key=fakes["mj"].secret)
     for m in CHAT_MODELS:
         admin.set_price(m, input_price=1, output_price=2)
-    for m in ["whisper-1", "tts-1", "dall-e-3"] + MJ_MODELS:
+    for m in ["instruct-model", "mod-model", "rerank-model"]:
+        admin.set_price(m, input_price=1, output_price=2)
+    for m in ["whisper-1", "tts-1", "dall-e-3", "dall-e-2"] + MJ_MODELS:
         admin.set_price(m, call_price="0.0001")
     tenant = Tenant(admin, relay.url, quota=10 ** 12, key_quota=10 ** 11)
     yield relay, tenant.key
@@ -277,19 +369,9 @@ def env(mongo_url, tmp_path_factory):
         f.stop()
 
 
-def served(relay, face: Face, key: str) -> bool:
-    if face.probe is None:
-        return True
-    path, body = face.probe
-    r = requests.post(relay.url + path, json=body, headers={"Authorization": f"Bearer {key}"})
-    return not (r.status_code == 404 and "unknown_path" in r.text)
-
-
 @pytest.mark.parametrize("face", FACES, ids=[f.name for f in FACES])
 def test_no_500_and_no_traceback(env, face):
     relay, key = env
-    if not served(relay, face, key):
-        pytest.skip(f"this relay does not serve the {face.name} face")
     found: list[str] = []
     session = requests.Session()
 
