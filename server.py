@@ -45,6 +45,7 @@ HANDLER_MODULES = [
     "handlers.relay_vendors",
     "handlers.relay_media",
     "handlers.relay_mj",
+    "handlers.api_signin",
     "handlers.api_user",
     "handlers.api_token",
     "handlers.api_admin",

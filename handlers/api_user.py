@@ -1,26 +1,19 @@
-"""/api/user: sign-in, the caller's own account, top-up, and user admin."""
+"""/api/user: registration, the caller's own account, top-up, and user admin
+(signing in and out, and sessions: handlers/api_signin.py)."""
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import time
 
 from handlers.base import ApiError, ApiHandler, ident
-from handlers.login_throttle import LoginThrottle
-from models.passwords import (hash_password_async, needs_update, password_problem,
-                              verify_password_async)
+from models.passwords import hash_password_async, password_problem, verify_password_async
 from models.records import (LIMIT_FIELDS, MAX_QUOTA, ROLE_ADMIN, ROLE_ROOT, ROLE_USER,
                             USER_DISABLED, USER_ENABLED)
 from models.seed import end_sessions, reset_fields, temporary_password
 from models.store import DuplicateKeyError, now
 from relay import jsonin
 from relay.billing import USER
-
-# A browser that signed in to an account before: its sign-in attempts are
-# throttled per device (handlers/login_throttle.py).
-DEVICE_COOKIE = "device"
-DEVICE_NAMES = 5  # accounts one browser remembers
 
 _USERNAME = re.compile(r"^[A-Za-z0-9_.\-@]{2,64}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -77,105 +70,6 @@ async def insert_user(handler: ApiHandler, fields: dict, role: int = ROLE_USER) 
     except DuplicateKeyError:
         raise ApiError(409, f"The user name {fields['username']!r} is taken.") from None
     return doc
-
-
-class LoginHandler(ApiHandler):
-    async def post(self) -> None:
-        body = self.body_json()
-        name = jsonin.text(body.get("username"), "username", 320).strip()
-        password = jsonin.text(body.get("password"), "password", 2000)
-        if not name or not password:
-            raise ApiError(400, "Enter a user name (or e-mail address) and a password.")
-        throttle = LoginThrottle(self.store)
-        device = self._device()
-        keys = throttle.keys(name, self.client_ip(),
-                             f"{device['d']}:{name.lower()}" if name.lower() in device["u"] else None)
-        wait = await throttle.retry_after(keys)
-        if wait:
-            raise ApiError(429, f"Too many failed sign-ins: try again in {_duration(wait)}.",
-                           retry_after=wait)
-        db = self.store.db
-        doc = await db.users.find_one({"username": name})
-        if doc is None and "@" in name:
-            doc = await db.users.find_one({"email": name.lower()})
-        # A missing user costs a hash too, so that timing does not tell
-        # which names exist.
-        if not await verify_password_async(password, doc.get("password_hash", "") if doc else ""):
-            await throttle.failed(keys)
-            raise ApiError(401, "Wrong user name or password.")
-        if doc.get("status", USER_ENABLED) != USER_ENABLED:
-            raise ApiError(403, "This account is disabled.")
-        await throttle.succeeded(keys)
-        if needs_update(doc["password_hash"]):
-            await db.users.update_one({"_id": doc["_id"]},
-                                      {"$set": {"password_hash": await hash_password_async(password)}})
-        self._remember_device(device, name.lower())
-        csrf = await self.start_session(doc)
-        self.ok({**user_view(self, doc), "csrf_token": csrf}, "Signed in.")
-
-    def _device(self) -> dict:
-        raw = self.get_signed_cookie(DEVICE_COOKIE, max_age_days=400)
-        try:
-            doc = json.loads(raw) if raw else None
-        except ValueError:
-            doc = None
-        if not isinstance(doc, dict) or not isinstance(doc.get("u"), list):
-            return {"d": secrets.token_urlsafe(12), "u": []}
-        return {"d": str(doc.get("d") or secrets.token_urlsafe(12)), "u": doc["u"]}
-
-    def _remember_device(self, device: dict, name: str) -> None:
-        names = [name] + [n for n in device["u"] if n != name][:DEVICE_NAMES - 1]
-        self.set_signed_cookie(DEVICE_COOKIE, json.dumps({"d": device["d"], "u": names}),
-                               expires_days=365, httponly=True, samesite="Lax",
-                               secure=self.secure_cookies, path="/api/user/login")
-
-
-def _duration(seconds: int) -> str:
-    if seconds < 60:
-        return f"{seconds} second{'s' if seconds != 1 else ''}"
-    minutes = (seconds + 59) // 60
-    return f"{minutes} minute{'s' if minutes != 1 else ''}"
-
-
-class LogoutHandler(ApiHandler):
-    """POST only (a GET could be triggered by any page); with
-    {"everywhere": true} it ends every session of the user."""
-
-    async def post(self) -> None:
-        body = self.body_json()
-        everywhere = jsonin.flag(body.get("everywhere", False), "everywhere")
-        if everywhere:
-            await self.end_all_sessions(self.require_user())
-        await self.end_session()
-        self.ok(None, "Signed out everywhere." if everywhere else "Signed out.")
-
-
-class SessionsHandler(ApiHandler):
-    """The caller's signed-in sessions (browsers)."""
-
-    async def get(self) -> None:
-        user = self.require_user()
-        docs = await self.store.db.sessions.find(
-            {"uid": user["_id"], "exp": {"$gt": time.time()},
-             "epoch": user.get("session_epoch", 0)}).to_list(200)
-        docs.sort(key=lambda d: d.get("created", 0), reverse=True)
-        self.ok([{"id": d["_id"][:16], "created": int(d.get("created", 0)),
-                  "expires": int(d.get("exp", 0)), "ip": d.get("ip", ""),
-                  "agent": d.get("agent", ""), "current": d["_id"] == self._session.get("_id")}
-                 for d in docs])
-
-
-class SessionHandler(ApiHandler):
-    """Ending one of the caller's sessions (by the id the list shows)."""
-
-    async def delete(self, sid: str) -> None:
-        user = self.require_user()
-        docs = await self.store.db.sessions.find({"uid": user["_id"]}).to_list(1000)
-        match = [d for d in docs if d["_id"][:16] == sid]
-        if not match:
-            raise ApiError(404, "No such session.")
-        await self.store.db.sessions.delete_one({"_id": match[0]["_id"]})
-        self.ok(None, "Session ended.")
 
 
 class RegisterHandler(ApiHandler):
@@ -520,10 +414,6 @@ def _int(value, name: str, lo: int = jsonin.INT64_MIN, hi: int = jsonin.INT64_MA
 
 
 default_handlers = [
-    (r"/api/user/login/?", LoginHandler),
-    (r"/api/user/logout/?", LogoutHandler),
-    (r"/api/user/sessions/?", SessionsHandler),
-    (r"/api/user/sessions/([A-Za-z0-9]+)/?", SessionHandler),
     (r"/api/user/register/?", RegisterHandler),
     (r"/api/user/self/?", SelfHandler),
     (r"/api/user/token/?", AccessTokenHandler),
