@@ -82,6 +82,8 @@ class LogoutHandler(ApiHandler):
     """POST only (a GET could be triggered by any page); with
     {"everywhere": true} it ends every session of the user."""
 
+    open_before_password_change = True  # one's own sessions, also before a new password
+
     async def post(self) -> None:
         body = self.body_json()
         everywhere = jsonin.flag(body.get("everywhere", False), "everywhere")
@@ -93,6 +95,8 @@ class LogoutHandler(ApiHandler):
 
 class SessionsHandler(ApiHandler):
     """The caller's signed-in sessions (browsers)."""
+
+    open_before_password_change = True  # one's own sessions, also before a new password
 
     async def get(self) -> None:
         user = self.require_user()
@@ -108,6 +112,8 @@ class SessionsHandler(ApiHandler):
 
 class SessionHandler(ApiHandler):
     """Ending one of the caller's sessions (by the id the list shows)."""
+
+    open_before_password_change = True  # one's own sessions, also before a new password
 
     async def delete(self, sid: str) -> None:
         user = self.require_user()

@@ -78,6 +78,13 @@ def test_admin_reset_forces_a_new_password_before_anything_else(relay, admin, mo
     assert page.status_code == 302
     assert page.headers["Location"] == "/console/account?next=/console/keys"
     assert s.get(relay.url + "/console/account", allow_redirects=False).status_code == 200
+    # Signing out, here or everywhere, and the session list still work.
+    assert s.get(relay.url + "/api/user/sessions").status_code == 200
+    elsewhere, _ = login(relay.url, "sven", temp)
+    r = elsewhere.post(relay.url + "/api/user/logout", json={"everywhere": True})
+    assert r.status_code == 200, r.text
+    assert s.get(relay.url + "/api/user/self").status_code == 401
+    s, _ = login(relay.url, "sven", temp)
     # Keeping the temporary password is not choosing a new one.
     r = s.put(relay.url + "/api/user/self", json={"original_password": temp, "password": temp})
     assert r.status_code == 400
