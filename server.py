@@ -77,6 +77,22 @@ def _keep_nodelay(value: bool) -> None:
     return None
 
 
+def raise_open_file_limit() -> int:
+    """Lift the soft limit on open files to the hard one and return it.
+
+    Every open stream holds two descriptors (our client's socket and the
+    upstream's, one per HTTP/1.1 stream), so the usual soft limit of 1,024
+    would cap the relay at a few hundred streams."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, ValueError, OSError):
+        return 0
+
+
 def _handlers() -> list:
     routes = []
     for name in HANDLER_MODULES:
@@ -97,7 +113,10 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
     upstream = Upstream(connect_timeout=config.connect_timeout,
                         first_byte_timeout=config.first_byte_timeout,
                         idle_timeout=config.stream_idle_timeout,
-                        max_clients=config.max_upstream_clients)
+                        max_calls=config.max_upstream_clients,
+                        max_streams=config.max_upstream_streams,
+                        max_uploads=config.max_upstream_uploads,
+                        queue_wait=config.upstream_queue_wait)
     service = RelayService(config, catalog, billing, usage_log, scheduler, upstream)
     from handlers.fallback import NotFoundHandler
     app = RelayApplication(
@@ -153,9 +172,13 @@ async def serve(config) -> None:
     bus = Bus()
     app = build_app(config, store, bus)
     await start_workers(app)
+    files = raise_open_file_limit()
     server = RelayHTTPServer(app, xheaders=False, max_body_size=8 * 1024 * 1024,
-                        idle_connection_timeout=300)
-    server.listen(config.port, config.host)
+                             idle_connection_timeout=300)
+    # A burst of new streams must not overflow the accept queue (the kernel
+    # caps this at net.core.somaxconn).
+    server.listen(config.port, config.host, backlog=4096)
+    log.info("open-file limit %s", files)
     log.info("relay listening on %s:%s (database: %s)", config.host, config.port,
              "embedded" if not config.mongo_url else "external")
     print(f"relay listening on http://{config.host}:{config.port}", flush=True)

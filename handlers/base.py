@@ -283,6 +283,8 @@ class RelayHandler(Base):
         self.set_default_headers()
         self.set_status(err.status, _REASONS.get(err.status))
         self.set_header("Content-Type", "application/json; charset=utf-8")
+        if err.retry_after:
+            self.set_header("Retry-After", str(err.retry_after))
         self.finish(json.dumps(render(self.family, err, self.request_id), ensure_ascii=False))
 
     def log_exception(self, typ, value, tb) -> None:

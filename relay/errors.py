@@ -27,6 +27,8 @@ class RelayError(Exception):
         self.type = type
         self.code = code
         self.param = param
+        # Seconds a client should wait before trying again (Retry-After).
+        self.retry_after: int | None = None
 
 
 def bad_request(message: str, code: str = "invalid_request", param: str | None = None) -> RelayError:

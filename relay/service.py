@@ -229,8 +229,8 @@ class RelayService:
             if out.error is None:
                 self.scheduler.success(channel)
                 return out
-            if out.started or cancel.cancelled:
-                return out
+            if out.started or cancel.cancelled or out.error.code == "relay_overloaded":
+                return out  # our own limit: another channel would meet it too
             if out.error.status in (502, 503, 504, 524, 429) or retryable(out.status or 0):
                 self.scheduler.failure(channel, out.error.message)
                 last = out

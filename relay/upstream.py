@@ -14,16 +14,17 @@ progress callback, which libcurl calls at least once a second per transfer:
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass
 from typing import Callable
 
 import pycurl
-from tornado.curl_httpclient import CurlAsyncHTTPClient, CurlError
-from tornado.httpclient import HTTPRequest
 from tornado.httputil import HTTPHeaders
 
+from relay.curl_client import CurlClient, Transfer
 from relay.errors import RelayError
 
 log = logging.getLogger("relay.upstream")
@@ -40,29 +41,32 @@ class Cancel:
     then backs up into TCP instead of into our memory.
     """
 
+    __slots__ = ("cancelled", "paused", "_transfer")
+
     def __init__(self):
         self.cancelled = False
         self.paused = False
-        self._curl = None
-        self._client = None
+        self._transfer: Transfer | None = None
 
     def pause(self) -> None:
-        if self._curl is not None and not self.paused:
+        t = self._transfer
+        if t is not None and t.curl is not None and not self.paused:
             try:
-                self._curl.pause(pycurl.PAUSE_RECV)
+                t.curl.pause(pycurl.PAUSE_RECV)
                 self.paused = True
             except pycurl.error:
                 pass
 
     def resume(self) -> None:
-        if self._curl is not None and self.paused:
+        t = self._transfer
+        if t is not None and t.curl is not None and self.paused:
             self.paused = False
             try:
-                self._curl.pause(pycurl.PAUSE_CONT)
+                t.curl.pause(pycurl.PAUSE_CONT)
             except pycurl.error:
                 pass
             # Ask libcurl to act now instead of on its next timer.
-            self._client._set_timeout(0)
+            t.client._set_timeout(0)
 
 
 @dataclass
@@ -77,27 +81,101 @@ class Response:
     broken: bool = False
 
 
-@dataclass
 class _Watch:
-    first_byte_timeout: float
-    idle_timeout: float
-    cancel: Cancel
-    started: float = field(default_factory=time.monotonic)
-    last_data: float = 0.0
-    reason: str = ""
+    """Deadlines and cancellation, checked by libcurl's progress callback,
+    which it calls at least once a second per transfer."""
+
+    __slots__ = ("first_byte_timeout", "idle_timeout", "cancel", "t", "started", "reason")
+
+    def __init__(self, first_byte_timeout: float, idle_timeout: float, cancel: Cancel,
+                 t: Transfer):
+        self.first_byte_timeout = first_byte_timeout
+        self.idle_timeout = idle_timeout
+        self.cancel = cancel
+        self.t = t
+        self.started = 0.0
+        self.reason = ""
+
+    def progress(self, _dltotal, _dlnow, _ultotal, _ulnow) -> int:
+        if self.cancel.cancelled:
+            self.reason = "cancelled"
+            return 1
+        last = self.t.last_data
+        if not last:
+            if time.monotonic() - self.started > self.first_byte_timeout:
+                self.reason = "first_byte"
+                return 1
+        elif not self.cancel.paused and time.monotonic() - last > self.idle_timeout:
+            self.reason = "idle"
+            return 1
+        return 0
+
+
+class Gate:
+    """A limit on concurrent upstream calls of one kind, with a bounded wait.
+
+    Each kind of work (streams, plain calls, uploads) has its own gate, so a
+    crowd of one kind never queues another behind it.  Entering is free
+    while under the limit; past it a call waits its turn (first come, first
+    served) for at most `wait` seconds, then gets False.
+    """
+
+    def __init__(self, kind: str, limit: int, wait: float):
+        self.kind = kind
+        self.limit = limit
+        self.wait = wait
+        self.active = 0
+        self._waiters: deque = deque()
+
+    def try_enter(self) -> bool:
+        if self.active < self.limit and not self._waiters:
+            self.active += 1
+            return True
+        return False
+
+    async def enter(self) -> bool:
+        if self.try_enter():
+            return True
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._waiters.append(fut)
+        timer = loop.call_later(self.wait, _expire, fut)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            if not fut.done():  # the waiting call itself was cancelled
+                fut.cancel()
+
+    def leave(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(True)  # the place passes on; active is unchanged
+                return
+        self.active -= 1
+
+
+def _expire(fut) -> None:
+    if not fut.done():
+        fut.set_result(False)
 
 
 class Upstream:
     def __init__(self, connect_timeout: float = 10.0, first_byte_timeout: float = 120.0,
-                 idle_timeout: float = 120.0, max_clients: int = 512,
+                 idle_timeout: float = 120.0, max_calls: int = 2000, max_streams: int = 20000,
+                 max_uploads: int = 200, queue_wait: float = 10.0,
                  max_body_size: int = 512 * 1024 * 1024):
         self.connect_timeout = connect_timeout
         self.first_byte_timeout = first_byte_timeout
         self.idle_timeout = idle_timeout
+        self.max_body_size = max_body_size
+        self.gates = {"call": Gate("call", max_calls, queue_wait),
+                      "stream": Gate("stream", max_streams, queue_wait),
+                      "upload": Gate("upload", max_uploads, queue_wait)}
         # force_instance: our pool is ours alone, whatever else in the
         # process uses AsyncHTTPClient (e.g. notification webhooks).
-        self.client = CurlAsyncHTTPClient(force_instance=True, max_clients=max_clients,
-                                          max_body_size=max_body_size)
+        self.client = CurlClient(force_instance=True, max_body_size=max_body_size)
 
     def close(self) -> None:
         self.client.close()
@@ -109,125 +187,77 @@ class Upstream:
                    first_byte_timeout: float | None = None,
                    body_producer=None) -> Response:
         """Make one call.  Never raises for HTTP or network failures: the
-        returned Response carries `error` (a RelayError with our status)."""
-        watch = _Watch(first_byte_timeout or self.first_byte_timeout, self.idle_timeout,
-                       cancel or Cancel())
-        resp_headers = HTTPHeaders()
-        state = {"status": 0, "started": False, "final": False, "err_body": bytearray(), "body": []}
+        returned Response carries `error` (a RelayError with our status).
 
-        def header_line(raw: bytes) -> None:
-            # Runs inside libcurl (synchronously, before any body chunk is
-            # delivered), unlike Tornado's header_callback, which is queued
-            # and may arrive after the body.  So it only records.
-            line = raw.decode("latin1").rstrip("\r\n")
-            if line.startswith("HTTP/"):
-                resp_headers.clear()
-                parts = line.split(" ", 2)
-                try:
-                    state["status"] = int(parts[1])
-                except (IndexError, ValueError):
-                    state["status"] = 502
-            elif line.strip():
-                try:
-                    resp_headers.parse_line(line)
-                except Exception:
-                    pass
-            elif state["status"] >= 200:
-                state["final"] = True
-
-        def begin() -> None:
-            if not state["started"] and state["final"]:
-                state["started"] = True
-                watch.last_data = time.monotonic()
-                if on_start is not None and state["status"] < 400:
-                    on_start(state["status"], resp_headers)
-
-        def chunk_cb(chunk: bytes) -> None:
-            begin()
-            watch.last_data = time.monotonic()
-            if state["status"] >= 400:
-                if len(state["err_body"]) < 1024 * 1024:  # error bodies are small
-                    state["err_body"] += chunk
-            elif on_chunk is None:
-                state["body"].append(chunk)
-            else:
-                on_chunk(chunk)
-
-        def progress(_dltotal, _dlnow, _ultotal, _ulnow) -> int:
-            now = time.monotonic()
-            if watch.cancel.cancelled:
-                watch.reason = "cancelled"
-                return 1
-            if not watch.last_data and now - watch.started > watch.first_byte_timeout:
-                watch.reason = "first_byte"
-                return 1
-            if (watch.last_data and not watch.cancel.paused
-                    and now - watch.last_data > watch.idle_timeout):
-                watch.reason = "idle"
-                return 1
-            return 0
-
-        def prepare(curl) -> None:
-            watch.cancel._curl = curl
-            watch.cancel._client = self.client
-            curl.setopt(pycurl.HEADERFUNCTION, header_line)
-            curl.setopt(pycurl.NOPROGRESS, 0)
-            curl.setopt(pycurl.XFERINFOFUNCTION, progress)
-            # The low-speed check makes libcurl wake this transfer every
-            # second even when the socket is silent; without it the progress
-            # callback (our deadlines and cancellation) may never run.
-            curl.setopt(pycurl.LOW_SPEED_LIMIT, 1)
-            curl.setopt(pycurl.LOW_SPEED_TIME, max(1, int(watch.idle_timeout)))
-            if body_producer is not None:
-                self._stream_upload(curl, body_producer, watch)
-
-        if body_producer is not None and body_producer.length is None:
-            headers = dict(headers, **{"Transfer-Encoding": "chunked"})
-        req = HTTPRequest(url, method=method, headers=headers,
-                          body=body if body_producer is None else None,
-                          body_producer=body_producer,
-                          allow_nonstandard_methods=True,
-                          connect_timeout=self.connect_timeout,
-                          request_timeout=24 * 3600,
-                          # A whole answer is collected by libcurl's own buffer: no
-                          # per-chunk hop through the IOLoop for it.
-                          streaming_callback=chunk_cb if on_chunk is not None else None,
-                          prepare_curl_callback=prepare,
-                          decompress_response=True, follow_redirects=False)
-        t0 = time.monotonic()
+        Its kind (upload, stream, plain call) decides which gate it passes;
+        one that finds its kind full for the gate's whole wait gets 503
+        with a Retry-After."""
+        kind = "upload" if body_producer is not None else "stream" if on_chunk else "call"
+        gate = self.gates[kind]
+        if not gate.try_enter() and not await gate.enter():
+            return Response(0, HTTPHeaders(), error=_busy(kind, gate))
         try:
-            try:
-                whole = await self.client.fetch(req, raise_error=False)
-            finally:
-                # libcurl handles are pooled: never touch this one again.
-                watch.cancel._curl = None
-        except (CurlError, OSError) as exc:  # network-level failure
-            return Response(state["status"], resp_headers, bytes(state["err_body"]),
-                            streamed=state["started"], error=self._map_exc(exc, watch, state),
-                            broken=state["started"])
-        begin()
-        status = state["status"]
-        if watch.reason:
-            return Response(status, resp_headers, b"", streamed=state["started"],
-                            error=self._map_reason(watch.reason), broken=state["started"])
-        if on_chunk is None:
-            body = whole.body or b""
-            watch.last_data = watch.last_data or time.monotonic()
-        else:
-            body = bytes(state["err_body"]) if status >= 400 else b"".join(state["body"])
-        resp = Response(status, resp_headers, body,
-                        streamed=status < 400 and on_chunk is not None,
-                        first_byte_at=(watch.last_data - t0) if watch.last_data else 0.0)
+            return await self._send(method, url, headers, body, on_start, on_chunk,
+                                    cancel or Cancel(), first_byte_timeout, body_producer)
+        finally:
+            gate.leave()
+
+    async def _send(self, method, url, headers, body, on_start, on_chunk, cancel,
+                    first_byte_timeout, body_producer) -> Response:
+        lines = [b"Expect:", b"Pragma:"]
+        for k, v in headers.items():
+            line = f"{k}: {v}".encode("latin1")
+            if b"\r" in line or b"\n" in line:
+                return Response(0, HTTPHeaders(), error=RelayError(
+                    502, f"A header for the upstream holds a line break: {k}", "upstream_error",
+                    "bad_upstream"))
+            lines.append(line)
+        t = Transfer(method, url, lines, body)
+        t.on_start = on_start
+        t.on_chunk = on_chunk
+        t.connect_timeout = self.connect_timeout
+        t.low_speed_time = max(1, int(self.idle_timeout))
+        t.max_body = self.max_body_size
+        watch = _Watch(first_byte_timeout or self.first_byte_timeout, self.idle_timeout, cancel, t)
+        t.progress = watch.progress
+        if body_producer is not None:
+            if body_producer.length is None:
+                lines.append(b"Transfer-Encoding: chunked")
+            t.producer = self._stream_upload(t, body_producer, watch)
+        t0 = time.monotonic()
+        watch.started = t0
+        self.client.start(t)
+        cancel._transfer = t
+        try:
+            errnum, message = await t.done
+        finally:
+            # libcurl handles are pooled: never touch this one again.
+            cancel._transfer = None
+        t.begin()
+        status = t.status
+        first = (t.last_data - t0) if t.last_data else 0.0
+        if watch.reason or errnum == _ABORTED and cancel.cancelled:
+            return Response(status, t.headers, b"", streamed=t.started,
+                            error=self._map_reason(watch.reason or "cancelled"),
+                            broken=t.started)
+        if errnum:
+            return Response(status, t.headers, b"".join(t.chunks)[:1024 * 1024],
+                            streamed=t.started, error=self._map_error(errnum, message, status),
+                            broken=t.started)
+        body = b"".join(t.chunks)
+        if status >= 400:
+            body = body[:1024 * 1024]  # error bodies are small
+        resp = Response(status, t.headers, body, streamed=status < 400 and on_chunk is not None,
+                        first_byte_at=first)
         if status == 599 or status == 0:
             resp.error = RelayError(502, "The upstream closed the connection without answering.",
                                     "upstream_error", "bad_upstream")
         return resp
 
-    def _stream_upload(self, curl, producer, watch: _Watch) -> None:
+    def _stream_upload(self, t: Transfer, producer, watch: "_Watch"):
         """Feed the request body from `producer` as its bytes arrive.
 
-        Tornado's curl client takes only a whole body, so the read callback
-        is replaced: it hands libcurl what the producer has, pauses the
+        libcurl's read callback hands it what the producer has, pauses the
         upload when the producer has nothing yet, and is woken by the
         producer when more arrives.  The producer (relay/upload.py) has:
         `length` (int, or None for chunked), `start(wake)` (called once per
@@ -235,18 +265,20 @@ class Upstream:
         b"" at the end, None when nothing is there yet) and `aborted`.
         """
         state = {"paused": False}
+        cancel = watch.cancel
 
         def wake() -> None:
-            if state["paused"] and watch.cancel._curl is curl:
+            curl = t.curl
+            if state["paused"] and curl is not None:
                 state["paused"] = False
                 try:
-                    curl.pause(pycurl.PAUSE_RECV if watch.cancel.paused else pycurl.PAUSE_CONT)
+                    curl.pause(pycurl.PAUSE_RECV if cancel.paused else pycurl.PAUSE_CONT)
                 except pycurl.error:
                     return
                 self.client._set_timeout(0)
 
         def read(size: int):
-            if producer.aborted or watch.cancel.cancelled:
+            if producer.aborted or cancel.cancelled:
                 # Our client left or sent a bad body: its call ends as 499.
                 watch.reason = "cancelled"
                 return pycurl.READFUNC_ABORT
@@ -260,9 +292,8 @@ class Upstream:
             return data
 
         producer.start(wake)
-        curl.setopt(pycurl.READFUNCTION, read)
-        curl.setopt(pycurl.POSTFIELDSIZE_LARGE,
-                    producer.length if producer.length is not None else -1)
+        t.upload_size = producer.length if producer.length is not None else -1
+        return read
 
     @staticmethod
     def _map_reason(reason: str) -> RelayError:
@@ -274,20 +305,25 @@ class Upstream:
                               "upstream_timeout")
         return RelayError(499, "The client closed the request.", "client_closed", "client_closed")
 
-    def _map_exc(self, exc: Exception, watch: _Watch, state: dict) -> RelayError:
-        if watch.reason:
-            return self._map_reason(watch.reason)
-        code = getattr(exc, "errno", None)
-        msg = str(exc)
+    @staticmethod
+    def _map_error(code: int, msg: str, status: int) -> RelayError:
         low = msg.lower()
-        if code == _TIMEOUT or "timed out" in low:
-            if "connect" in low or not state["status"]:
+        if code == _TIMEOUT:
+            if "connect" in low or not status:
                 return RelayError(524, "Connecting to the upstream timed out.", "upstream_error",
                                   "upstream_connect_timeout")
             return RelayError(504, "The upstream did not answer in time.", "upstream_error",
                               "upstream_timeout")
-        if code in (_COULDNT_CONNECT, _COULDNT_RESOLVE) or "connect" in low or "resolve" in low:
+        if code in (_COULDNT_CONNECT, _COULDNT_RESOLVE):
             return RelayError(502, "Could not connect to the upstream.", "upstream_error",
                               "upstream_unreachable")
         return RelayError(502, f"The upstream connection failed: {msg[:200]}", "upstream_error",
                           "bad_upstream")
+
+
+def _busy(kind: str, gate: Gate) -> RelayError:
+    what = {"stream": "streaming calls", "call": "calls", "upload": "uploads"}[kind]
+    err = RelayError(503, f"The relay is at its limit of {gate.limit} concurrent {what}; "
+                          "retry shortly.", "server_error", "relay_overloaded")
+    err.retry_after = max(1, int(gate.wait))
+    return err
