@@ -139,11 +139,22 @@ def print_table(runs: dict) -> None:
               f"{per[proxy] if proxy else '-':>7} / {per['upstream']:6.1f}")
 
 
+def find_py_spy() -> str | None:
+    """py-spy from PATH, or from this interpreter's own environment (a venv
+    that was not activated has it next to python, not on PATH)."""
+    import sysconfig
+    for where in (None, os.path.dirname(sys.executable), sysconfig.get_path("scripts")):
+        found = shutil.which("py-spy", path=where)
+        if found:
+            return found
+    return None
+
+
 def profile(relay: procs.Child, key: str, relay_url: str, args) -> dict | None:
-    spy = shutil.which("py-spy")
+    spy = find_py_spy()
     if spy is None:
         print("\npy-spy is not installed: `pip install -r bench/requirements.txt` for the "
-              "profile.  Skipped.")
+              "profile.  Skipped.", file=sys.stderr)
         return None
     half = max(2.0, args.profile_duration / 2)
     url = relay_url + "/v1/chat/completions"
