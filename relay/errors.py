@@ -54,7 +54,9 @@ def render(family: str, err: RelayError, request_id: str) -> dict[str, Any]:
         return {"error": {"code": err.status, "message": message,
                           "status": _GEMINI_STATUS.get(err.status, "UNKNOWN")}}
     if family == "mj":
-        return {"code": _MJ_CODE.get(err.status, 4), "description": message, "result": None,
+        # 23 is midjourney-proxy's "queue full, try again later".
+        code = 23 if err.code == "relay_overloaded" else _MJ_CODE.get(err.status, 4)
+        return {"code": code, "description": message, "result": None,
                 "properties": {}}
     return {"error": {"message": message, "type": err.type, "param": err.param,
                       "code": err.code}}
