@@ -116,7 +116,8 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
                         max_calls=config.max_upstream_clients,
                         max_streams=config.max_upstream_streams,
                         max_uploads=config.max_upstream_uploads,
-                        queue_wait=config.upstream_queue_wait)
+                        queue_wait=config.upstream_queue_wait,
+                        ca_file=config.upstream_ca_file)
     service = RelayService(config, catalog, billing, usage_log, scheduler, upstream)
     from handlers.fallback import NotFoundHandler
     app = RelayApplication(

@@ -48,6 +48,8 @@ class Settings:
     max_upstream_uploads: int = 200
     # Seconds a call waits for its kind's limit before a 503 with Retry-After.
     upstream_queue_wait: float = 10.0
+    # A PEM file of extra CA certificates to trust for HTTPS upstreams.
+    upstream_ca_file: str = ""
     retries: int = 2
     # Cost reserved for a chat call that names no max_tokens.
     default_max_tokens: int = 4096

@@ -4,7 +4,11 @@
                             [--rate 1000] [--probe-rate 20] [--out results/streams.json]
 
 On 127.0.0.1 only, it starts the slow fake upstream
-(`python -m tests.fakes.slow_upstream`) and the relay (embedded database),
+(`python -m tests.fakes.slow_upstream`) over HTTPS with HTTP/2, as the
+vendors' APIs are served (`--http1` for plain HTTP/1.1, where each stream
+holds a socket to the upstream as well as one to its client, so the
+process's open-file limit caps the count at half of it), and the relay
+(embedded database, trusting the fake's test CA by `upstream_ca_file`),
 sets up a channel, a price, a user and a limited key as bench/run.py does,
 then for each step opens N streaming chat calls at --rate a second.  Each
 stream gets --chunks pieces, --interval seconds apart.  Meanwhile this
@@ -268,6 +272,8 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=2.0)
     ap.add_argument("--rate", type=float, default=1000.0, help="new streams a second")
     ap.add_argument("--probe-rate", type=float, default=20.0, help="plain calls a second")
+    ap.add_argument("--http1", action="store_true",
+                    help="plain HTTP/1.1 upstream (one socket per stream) instead of HTTPS + h2")
     ap.add_argument("--out", default=os.path.join(RESULTS, "streams.json"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     # the child process that opens the streams
@@ -288,12 +294,16 @@ def main() -> int:
     upstream = relay = None
     try:
         port = procs.free_port()
-        upstream = procs.Child("slow upstream", [
-            sys.executable, "-m", "tests.fakes.slow_upstream", "--port", str(port)],
-            os.path.join(work, "upstream.log"))
+        cmd = [sys.executable, "-m", "tests.fakes.slow_upstream", "--port", str(port)]
+        relay_env = {}
+        if not args.http1:
+            tls = os.path.join(work, "tls")
+            cmd += ["--tls", tls]
+            relay_env["RELAY_UPSTREAM_CA_FILE"] = os.path.join(tls, "ca.pem")
+        upstream = procs.Child("slow upstream", cmd, os.path.join(work, "upstream.log"))
         upstream.start(port)
-        upstream_url = f"http://127.0.0.1:{port}"
-        relay, relay_url = procs.start_relay(work, ADMIN_PASSWORD)
+        upstream_url = f"{'http' if args.http1 else 'https'}://127.0.0.1:{port}"
+        relay, relay_url = procs.start_relay(work, ADMIN_PASSWORD, extra_env=relay_env)
         env = setup(relay_url, upstream_url)
         admin, uid, key = env["admin"], env["user_id"], env["key"]
         print(f"relay {relay_url} (pid {relay.pid}), slow upstream {upstream_url}; open-file "

@@ -53,7 +53,8 @@ class Transfer:
     __slots__ = ("method", "url", "header_lines", "body", "producer", "on_start", "on_chunk",
                  "connect_timeout", "low_speed_time", "max_body", "progress", "status",
                  "raw_headers", "_headers", "final", "started", "pending", "dirty", "chunks",
-                 "size", "last_data", "done", "curl", "client", "ok_status", "upload_size")
+                 "size", "last_data", "done", "curl", "client", "ok_status", "upload_size",
+                 "watch")
 
     def __init__(self, method: str, url: str, header_lines: list, body: bytes | None = None):
         self.method = method
@@ -80,6 +81,7 @@ class Transfer:
         self.size = 0
         self.last_data = 0.0
         self.done = None
+        self.watch = None             # the owner's deadlines (relay/upstream.py)
         self.curl = None
         self.client = None
 
@@ -145,8 +147,9 @@ class Transfer:
 
 class CurlClient(CurlAsyncHTTPClient):
     def initialize(self, max_clients: int = 0, defaults=None, max_body_size: int = 104857600,
-                   idle_handles: int = 64, max_connects: int = 1024) -> None:
+                   idle_handles: int = 64, max_connects: int = 1024, ca_file: str = "") -> None:
         self.idle_handles = idle_handles
+        self.ca_file = ca_file
         self._dirty: list[Transfer] = []
         self.active = 0
         # No handles up front: CurlAsyncHTTPClient.initialize makes
@@ -196,6 +199,8 @@ class CurlClient(CurlAsyncHTTPClient):
         setopt(pycurl.NOSIGNAL, 1)
         if t.url[:6] == "https:":
             setopt(pycurl.PIPEWAIT, 1)
+            if self.ca_file:
+                setopt(pycurl.CAINFO, self.ca_file)
         if t.progress is not None:
             setopt(pycurl.NOPROGRESS, 0)
             setopt(pycurl.XFERINFOFUNCTION, t.progress)

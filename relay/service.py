@@ -214,8 +214,7 @@ class RelayService:
         return outcome
 
     async def _try_channels(self, call, channels, sink, face, cancel) -> Outcome:
-        last = Outcome(error=RelayError(503, "No channel answered.", "service_unavailable",
-                                        "model_not_available"))
+        last = None
         for channel in channels[: self.settings.retries + 1]:
             if cancel.cancelled:
                 break
@@ -236,7 +235,8 @@ class RelayService:
                 last = out
                 continue
             return out
-        return last
+        return last or Outcome(error=RelayError(503, "No channel answered.",
+                                                "service_unavailable", "model_not_available"))
 
     async def _attempt_plain(self, call, channel, adaptor, cancel) -> Outcome:
         req = adaptor.request(call, channel)
@@ -297,9 +297,11 @@ class RelayService:
                 return
             emit(b"".join(writer.write(c) for c in chunks))
 
+        # Only a face that names its own headers needs the upstream's parsed.
+        on_start = ((lambda _s, h: upstream_headers.update(h=h)) if hasattr(writer, "headers")
+                    else None)
         resp = await self.upstream.send(req.method, req.url, req.headers, req.body,
-                                        on_chunk=on_chunk, cancel=cancel,
-                                        on_start=lambda _s, h: upstream_headers.update(h=h),
+                                        on_chunk=on_chunk, cancel=cancel, on_start=on_start,
                                         body_producer=req.body_producer)
         out.status = resp.status
         out.usage = reader.usage

@@ -164,7 +164,7 @@ def _expire(fut) -> None:
 class Upstream:
     def __init__(self, connect_timeout: float = 10.0, first_byte_timeout: float = 120.0,
                  idle_timeout: float = 120.0, max_calls: int = 2000, max_streams: int = 20000,
-                 max_uploads: int = 200, queue_wait: float = 10.0,
+                 max_uploads: int = 200, queue_wait: float = 10.0, ca_file: str = "",
                  max_body_size: int = 512 * 1024 * 1024):
         self.connect_timeout = connect_timeout
         self.first_byte_timeout = first_byte_timeout
@@ -175,7 +175,8 @@ class Upstream:
                       "upload": Gate("upload", max_uploads, queue_wait)}
         # force_instance: our pool is ours alone, whatever else in the
         # process uses AsyncHTTPClient (e.g. notification webhooks).
-        self.client = CurlClient(force_instance=True, max_body_size=max_body_size)
+        self.client = CurlClient(force_instance=True, max_body_size=max_body_size,
+                                 ca_file=ca_file)
 
     def close(self) -> None:
         self.client.close()
@@ -197,13 +198,25 @@ class Upstream:
         if not gate.try_enter() and not await gate.enter():
             return Response(0, HTTPHeaders(), error=_busy(kind, gate))
         try:
-            return await self._send(method, url, headers, body, on_start, on_chunk,
-                                    cancel or Cancel(), first_byte_timeout, body_producer)
+            t = self._transfer(method, url, headers, body, on_start, on_chunk,
+                               cancel or Cancel(), first_byte_timeout, body_producer)
+            if isinstance(t, Response):
+                return t
+            t0 = time.monotonic()
+            t.watch.started = t0
+            self.client.start(t)
+            t.watch.cancel._transfer = t
+            try:
+                errnum, message = await t.done
+            finally:
+                # libcurl handles are pooled: never touch this one again.
+                t.watch.cancel._transfer = None
         finally:
             gate.leave()
+        return self._response(t, errnum, message, t0)
 
-    async def _send(self, method, url, headers, body, on_start, on_chunk, cancel,
-                    first_byte_timeout, body_producer) -> Response:
+    def _transfer(self, method, url, headers, body, on_start, on_chunk, cancel,
+                  first_byte_timeout, body_producer) -> Transfer | Response:
         lines = [b"Expect:", b"Pragma:"]
         for k, v in headers.items():
             line = f"{k}: {v}".encode("latin1")
@@ -220,19 +233,15 @@ class Upstream:
         t.max_body = self.max_body_size
         watch = _Watch(first_byte_timeout or self.first_byte_timeout, self.idle_timeout, cancel, t)
         t.progress = watch.progress
+        t.watch = watch
         if body_producer is not None:
             if body_producer.length is None:
                 lines.append(b"Transfer-Encoding: chunked")
             t.producer = self._stream_upload(t, body_producer, watch)
-        t0 = time.monotonic()
-        watch.started = t0
-        self.client.start(t)
-        cancel._transfer = t
-        try:
-            errnum, message = await t.done
-        finally:
-            # libcurl handles are pooled: never touch this one again.
-            cancel._transfer = None
+        return t
+
+    def _response(self, t: Transfer, errnum: int, message: str, t0: float) -> Response:
+        watch, cancel, on_chunk = t.watch, t.watch.cancel, t.on_chunk
         t.begin()
         status = t.status
         first = (t.last_data - t0) if t.last_data else 0.0

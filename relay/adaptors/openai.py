@@ -146,6 +146,10 @@ class OpenAIStream(StreamReader):
             raw = sse.encode(ev.data, ev.event or None) if self.keep_raw else None
             if self.lazy and '"usage"' not in ev.data:
                 self._unparsed.append(ev.data)
+                if len(self._unparsed) >= 64:
+                    # A long stream would keep every event's JSON; keep its
+                    # text instead (a tenth of the size).
+                    self.text_parts = [self.text]
                 out.append(Chunk(None, raw))
                 continue
             try:
