@@ -85,6 +85,10 @@ class Transfer:
         self.curl = None
         self.client = None
 
+    def release(self) -> None:
+        """Forget the owner's callbacks once the transfer is over."""
+        self.watch = self.progress = self.on_chunk = self.on_start = self.producer = None
+
     @property
     def headers(self) -> HTTPHeaders:
         if self._headers is None:

@@ -213,7 +213,13 @@ class Upstream:
                 t.watch.cancel._transfer = None
         finally:
             gate.leave()
-        return self._response(t, errnum, message, t0)
+        try:
+            return self._response(t, errnum, message, t0)
+        finally:
+            # Break the transfer <-> watch cycle and drop the callbacks, so
+            # that a finished call is freed by reference counting: a stream
+            # left to the cyclic collector costs it a full pass at scale.
+            t.release()
 
     def _transfer(self, method, url, headers, body, on_start, on_chunk, cancel,
                   first_byte_timeout, body_producer) -> Transfer | Response:
