@@ -223,7 +223,7 @@ def open_fds(pid: int) -> int:
         return 0
 
 
-def run_step(n: int, args, relay, relay_url: str, key: str, body: str) -> dict:
+def run_step(n: int, args, relay, relay_url: str, key: str, body: str, upstream=None) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--client", "--url", relay_url,
            "--key", key, "--n", str(n), "--rate", str(args.rate), "--chunks", str(args.chunks),
            "--interval", str(args.interval), "--model", args.model]
@@ -231,6 +231,7 @@ def run_step(n: int, args, relay, relay_url: str, key: str, body: str) -> dict:
     probe = Probe(relay_url, key, body)
     peak = {"relay_rss_kb": 0, "database_rss_kb": 0, "relay_fds": 0}
     cpu0 = procs.cpu_seconds(relay.pid)
+    up0 = procs.cpu_seconds(upstream.pid) if upstream else 0.0
     db = procs.children(relay.pid)
     db_cpu0 = sum(procs.cpu_seconds(p) for p in db)
     t0 = time.monotonic()
@@ -256,6 +257,7 @@ def run_step(n: int, args, relay, relay_url: str, key: str, body: str) -> dict:
     res["wall_s"] = round(time.monotonic() - t0, 1)
     res["relay_cpu_s"] = round(procs.cpu_seconds(relay.pid) - cpu0, 2)
     res["database_cpu_s"] = round(sum(procs.cpu_seconds(p) for p in db) - db_cpu0, 2)
+    res["upstream_cpu_s"] = round(procs.cpu_seconds(upstream.pid) - up0, 2) if upstream else 0
     res.update(peak)
     res["probe"] = {"calls": len(probe.lat) + sum(probe.errors.values()),
                     "errors": probe.errors,
@@ -313,7 +315,7 @@ def main() -> int:
         rows = []
         for n in steps:
             load0 = os.getloadavg()[0]
-            r = run_step(n, args, relay, relay_url, key, BODY)
+            r = run_step(n, args, relay, relay_url, key, BODY, upstream)
             r["loadavg_1m"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
             after = settled(admin, uid)
             r["records"] = after["records"] - before["records"]
