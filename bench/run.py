@@ -244,6 +244,9 @@ def main() -> int:
               f"(pid {upstream.pid}); one call costs {unit_cost} units; work dir {work}")
 
         watch = {"relay": relay.pid, "upstream": upstream.pid}
+        db = procs.children(relay.pid)
+        if db:  # the embedded database: its CPU per call is the usage records' cost
+            watch["database"] = db[0]
         path = "/v1/chat/completions"
         plan = [  # name, base, body, key, connections, seconds
             ("direct", upstream_url, BODY, "", args.connections, args.duration),
@@ -323,6 +326,10 @@ def main() -> int:
                       cpu_ratios["relay_stream_vs_direct_stream"]) >= TARGET_RATIO
         print(f"  target >= {TARGET_RATIO:.3f} for both modes: {'met' if met else 'NOT met'} "
               f"(by CPU per call: {'met' if met_cpu else 'NOT met'})")
+        if "database" in watch:
+            print("database child CPU per call (us): " + ", ".join(
+                f"{k} {runs[k]['cpu_us_per_request']['database']:.0f}"
+                for k in ("relay", "relay_stream", "relay_c1", "relay_stream_c1")))
         print(f"added latency at one connection (p50): non-streaming {added['non_stream_ms']:.2f} "
               f"ms, streaming {added['stream_ms']:.2f} ms")
         print(f"peak memory (VmHWM): relay {peak['relay_vm_hwm_kb'] / 1024:.1f} MiB "
