@@ -234,6 +234,7 @@ class CurlClient(CurlAsyncHTTPClient):
             setopt(pycurl.NOBODY, 1)
         elif method != "GET":
             setopt(pycurl.CUSTOMREQUEST, method)
+        t.header_lines = None  # libcurl has its own copy now
         curl.xfer = t
         self.active += 1
         self._multi.add_handle(curl)
