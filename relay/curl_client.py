@@ -51,7 +51,7 @@ class Transfer:
     """
 
     __slots__ = ("method", "url", "header_lines", "body", "producer", "on_start", "on_chunk",
-                 "connect_timeout", "low_speed_time", "max_body", "progress", "status",
+                 "connect_timeout", "low_speed_time", "max_body", "status",
                  "raw_headers", "_headers", "final", "started", "pending", "dirty", "chunks",
                  "size", "last_data", "done", "curl", "client", "ok_status", "upload_size",
                  "watch")
@@ -65,7 +65,6 @@ class Transfer:
         self.upload_size = -1         # its length, -1 when sent chunked
         self.on_start: Callable | None = None
         self.on_chunk: Callable | None = None
-        self.progress: Callable | None = None
         self.connect_timeout = 10.0
         self.low_speed_time = 120
         self.max_body = 512 * 1024 * 1024
@@ -87,7 +86,7 @@ class Transfer:
 
     def release(self) -> None:
         """Forget the owner's callbacks once the transfer is over."""
-        self.watch = self.progress = self.on_chunk = self.on_start = self.producer = None
+        self.watch = self.on_chunk = self.on_start = self.producer = None
 
     @property
     def headers(self) -> HTTPHeaders:
@@ -118,7 +117,8 @@ class Transfer:
             self.ok_status = self.status < 400
 
     def _write(self, chunk: bytes):
-        self.last_data = time.monotonic()
+        if not self.last_data:
+            self.last_data = time.monotonic()
         self.size += len(chunk)
         if self.size > self.max_body:
             return 0  # libcurl fails the transfer (CURLE_WRITE_ERROR)
@@ -205,12 +205,8 @@ class CurlClient(CurlAsyncHTTPClient):
             setopt(pycurl.PIPEWAIT, 1)
             if self.ca_file:
                 setopt(pycurl.CAINFO, self.ca_file)
-        if t.progress is not None:
-            setopt(pycurl.NOPROGRESS, 0)
-            setopt(pycurl.XFERINFOFUNCTION, t.progress)
-        # The low-speed check makes libcurl wake each transfer every second
-        # even when its socket is silent, so the progress callback (our
-        # deadlines and cancellation) runs; it also ends a silent stream.
+        # Under a byte a second for low_speed_time ends a silent stream (a
+        # transfer we paused is exempt).
         setopt(pycurl.LOW_SPEED_LIMIT, 1)
         setopt(pycurl.LOW_SPEED_TIME, t.low_speed_time)
         method = t.method

@@ -1,16 +1,22 @@
 """The only code that makes outbound HTTP calls to upstream channels.
 
-It uses Tornado's curl-based AsyncHTTPClient: libcurl keeps connections to
-each upstream alive and reuses them (the simple client opens one per
-request).  Responses below 400 can be streamed chunk by chunk to a callback
-as they arrive; error responses are collected (they are small) so that the
-caller can map and possibly retry them.
+It uses Tornado's curl-based AsyncHTTPClient (relay/curl_client.py):
+libcurl keeps connections to each upstream alive and reuses them, and
+multiplexes streams over HTTP/2 where the upstream offers it.  Responses
+below 400 can be streamed chunk by chunk to a callback as they arrive;
+error responses are collected (they are small) so that the caller can map
+and possibly retry them.
 
-Three things libcurl's own timeouts cannot express are done with its
-progress callback, which libcurl calls at least once a second per transfer:
-- a deadline for the first response byte (504),
-- a limit on silence in the middle of a stream,
-- cancellation when our own client has gone away.
+Each kind of work (plain calls, streams, uploads) passes its own Gate: a
+limit on concurrent calls with a bounded wait, so that thousands of open
+streams never make a plain call queue behind them.
+
+Three deadlines, none of which costs a Python call per libcurl event:
+- the first response byte: checked once a second for all calls (504);
+- silence in the middle of a stream: libcurl's low-speed check (under one
+  byte a second for `idle_timeout`; a transfer we paused is exempt);
+- our own client going away: setting `Cancel.cancelled` aborts the
+  transfer on the next loop turn.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from typing import Callable
 
 import pycurl
 from tornado.httputil import HTTPHeaders
+from tornado.ioloop import IOLoop, PeriodicCallback
 
 from relay.curl_client import CurlClient, Transfer
 from relay.errors import RelayError
@@ -41,12 +48,24 @@ class Cancel:
     then backs up into TCP instead of into our memory.
     """
 
-    __slots__ = ("cancelled", "paused", "_transfer")
+    __slots__ = ("_cancelled", "paused", "_transfer")
 
     def __init__(self):
-        self.cancelled = False
+        self._cancelled = False
         self.paused = False
         self._transfer: Transfer | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @cancelled.setter
+    def cancelled(self, value: bool) -> None:
+        self._cancelled = value
+        t = self._transfer
+        if value and t is not None and t.curl is not None:
+            # Not from inside whatever set it (possibly our own chunk callback).
+            IOLoop.current().add_callback(t.client.abort, t)
 
     def pause(self) -> None:
         t = self._transfer
@@ -82,33 +101,16 @@ class Response:
 
 
 class _Watch:
-    """Deadlines and cancellation, checked by libcurl's progress callback,
-    which it calls at least once a second per transfer."""
+    """The first-byte deadline of one transfer, and why it was stopped."""
 
-    __slots__ = ("first_byte_timeout", "idle_timeout", "cancel", "t", "started", "reason")
+    __slots__ = ("first_byte_timeout", "cancel", "t", "started", "reason")
 
-    def __init__(self, first_byte_timeout: float, idle_timeout: float, cancel: Cancel,
-                 t: Transfer):
+    def __init__(self, first_byte_timeout: float, cancel: Cancel, t: Transfer):
         self.first_byte_timeout = first_byte_timeout
-        self.idle_timeout = idle_timeout
         self.cancel = cancel
         self.t = t
         self.started = 0.0
         self.reason = ""
-
-    def progress(self, _dltotal, _dlnow, _ultotal, _ulnow) -> int:
-        if self.cancel.cancelled:
-            self.reason = "cancelled"
-            return 1
-        last = self.t.last_data
-        if not last:
-            if time.monotonic() - self.started > self.first_byte_timeout:
-                self.reason = "first_byte"
-                return 1
-        elif not self.cancel.paused and time.monotonic() - last > self.idle_timeout:
-            self.reason = "idle"
-            return 1
-        return 0
 
 
 class Gate:
@@ -173,12 +175,16 @@ class Upstream:
         self.gates = {"call": Gate("call", max_calls, queue_wait),
                       "stream": Gate("stream", max_streams, queue_wait),
                       "upload": Gate("upload", max_uploads, queue_wait)}
+        self._waiting: set[_Watch] = set()   # calls yet to see their first byte
+        self._sweeper: PeriodicCallback | None = None
         # force_instance: our pool is ours alone, whatever else in the
         # process uses AsyncHTTPClient (e.g. notification webhooks).
         self.client = CurlClient(force_instance=True, max_body_size=max_body_size,
                                  ca_file=ca_file)
 
     def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.stop()
         self.client.close()
 
     async def send(self, method: str, url: str, headers: dict, body: bytes | None = None, *,
@@ -203,14 +209,22 @@ class Upstream:
             if isinstance(t, Response):
                 return t
             t0 = time.monotonic()
-            t.watch.started = t0
+            watch = t.watch
+            watch.started = t0
             self.client.start(t)
-            t.watch.cancel._transfer = t
+            watch.cancel._transfer = t
+            if watch.cancel.cancelled:  # our client left while we queued
+                self.client.abort(t)
+            self._waiting.add(watch)
+            if self._sweeper is None:
+                self._sweeper = PeriodicCallback(self._sweep, 1000)
+                self._sweeper.start()
             try:
                 errnum, message = await t.done
             finally:
                 # libcurl handles are pooled: never touch this one again.
-                t.watch.cancel._transfer = None
+                watch.cancel._transfer = None
+                self._waiting.discard(watch)
         finally:
             gate.leave()
         try:
@@ -220,6 +234,21 @@ class Upstream:
             # that a finished call is freed by reference counting: a stream
             # left to the cyclic collector costs it a full pass at scale.
             t.release()
+
+    def _sweep(self) -> None:
+        """Once a second: stop calls whose upstream has not begun to answer
+        within their first-byte timeout.  (A timer per call costs more than
+        the rest of the call's upstream side together.)"""
+        now = time.monotonic()
+        for watch in list(self._waiting):
+            t = watch.t
+            if t.curl is None or t.final or t.last_data:
+                self._waiting.discard(watch)  # answering (or over): no longer ours to time
+            elif now - watch.started > watch.first_byte_timeout:
+                # (an upload still coming in keeps moving `started` on)
+                self._waiting.discard(watch)
+                watch.reason = "first_byte"
+                self.client.abort(t)
 
     def _transfer(self, method, url, headers, body, on_start, on_chunk, cancel,
                   first_byte_timeout, body_producer) -> Transfer | Response:
@@ -237,8 +266,7 @@ class Upstream:
         t.connect_timeout = self.connect_timeout
         t.low_speed_time = max(1, int(self.idle_timeout))
         t.max_body = self.max_body_size
-        watch = _Watch(first_byte_timeout or self.first_byte_timeout, self.idle_timeout, cancel, t)
-        t.progress = watch.progress
+        watch = _Watch(first_byte_timeout or self.first_byte_timeout, cancel, t)
         t.watch = watch
         if body_producer is not None:
             if body_producer.length is None:
@@ -251,6 +279,8 @@ class Upstream:
         t.begin()
         status = t.status
         first = (t.last_data - t0) if t.last_data else 0.0
+        if errnum == _TIMEOUT and "too slow" in message.lower():  # the low-speed check
+            watch.reason = "idle" if t.started else "first_byte"
         if watch.reason or errnum == _ABORTED and cancel.cancelled:
             return Response(status, t.headers, b"", streamed=t.started,
                             error=self._map_reason(watch.reason or "cancelled"),
