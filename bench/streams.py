@@ -1,7 +1,7 @@
 """Many slow streams through one relay, with a probe of plain calls beside them.
 
     python bench/streams.py [--steps 1000,5000,10000] [--chunks 15] [--interval 2]
-                            [--rate 500] [--probe-rate 20] [--out results/streams.json]
+                            [--rate 400] [--probe-rate 20] [--out results/streams.json]
 
 On 127.0.0.1 only, it starts the slow fake upstream
 (`python -m tests.fakes.slow_upstream`) over HTTPS with HTTP/2, as the
@@ -272,7 +272,7 @@ def main() -> int:
     ap.add_argument("--steps", default="1000,5000,10000")
     ap.add_argument("--chunks", type=int, default=15)
     ap.add_argument("--interval", type=float, default=2.0)
-    ap.add_argument("--rate", type=float, default=500.0, help="new streams a second")
+    ap.add_argument("--rate", type=float, default=400.0, help="new streams a second")
     ap.add_argument("--probe-rate", type=float, default=20.0, help="plain calls a second")
     ap.add_argument("--http1", action="store_true",
                     help="plain HTTP/1.1 upstream (one socket per stream) instead of HTTPS + h2")
