@@ -100,6 +100,17 @@ class Transfer:
             self._headers = h
         return self._headers
 
+    def header(self, name: str, default: str | None = None) -> str | None:
+        """One header's value without parsing them all (the first, if repeated)."""
+        if self._headers is not None:
+            return self._headers.get(name, default)
+        prefix = name.lower() + ":"
+        n = len(prefix)
+        for line in self.raw_headers:
+            if line[:n].lower() == prefix:
+                return line[n:].strip()
+        return default
+
     # ---- libcurl's callbacks (they only record) -----------------------------
     def _header(self, raw: bytes) -> None:
         if raw[:5] == b"HTTP/":

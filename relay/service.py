@@ -260,7 +260,7 @@ class RelayService:
                                    "upstream_error", "bad_upstream")
             return out
         out.body = doc
-        out.headers = {"Content-Type": resp.headers.get("Content-Type", "application/json")}
+        out.headers = {"Content-Type": resp.header("Content-Type", "application/json")}
         if adaptor.native == call.face and call.upstream_model == call.model:
             out.raw = resp.body  # pass-through; a mapped model is renamed on render
         return out

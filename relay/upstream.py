@@ -24,7 +24,6 @@ import asyncio
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable
 
 import pycurl
@@ -88,16 +87,38 @@ class Cancel:
             t.client._set_timeout(0)
 
 
-@dataclass
 class Response:
-    status: int
-    headers: HTTPHeaders
-    body: bytes = b""
-    streamed: bool = False
-    first_byte_at: float = 0.0
-    error: RelayError | None = None
-    # True when the transfer broke after the upstream started answering.
-    broken: bool = False
+    """What came back.  `headers` are parsed on first use (most calls read
+    one header at most: use `header(name)` for that)."""
+
+    __slots__ = ("status", "_headers", "_source", "body", "streamed", "first_byte_at", "error",
+                 "broken")
+
+    def __init__(self, status: int, headers: HTTPHeaders | None = None, body: bytes = b"",
+                 streamed: bool = False, first_byte_at: float = 0.0,
+                 error: RelayError | None = None, broken: bool = False,
+                 source: Transfer | None = None):
+        self.status = status
+        self._headers = headers
+        self._source = source
+        self.body = body
+        self.streamed = streamed
+        self.first_byte_at = first_byte_at
+        self.error = error
+        # True when the transfer broke after the upstream started answering.
+        self.broken = broken
+
+    @property
+    def headers(self) -> HTTPHeaders:
+        if self._headers is None:
+            self._headers = self._source.headers if self._source is not None else HTTPHeaders()
+            self._source = None
+        return self._headers
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        if self._headers is None and self._source is not None:
+            return self._source.header(name, default)
+        return self.headers.get(name, default)
 
 
 class _Watch:
@@ -282,18 +303,18 @@ class Upstream:
         if errnum == _TIMEOUT and "too slow" in message.lower():  # the low-speed check
             watch.reason = "idle" if t.started else "first_byte"
         if watch.reason or errnum == _ABORTED and cancel.cancelled:
-            return Response(status, t.headers, b"", streamed=t.started,
+            return Response(status, None, b"", streamed=t.started, source=t,
                             error=self._map_reason(watch.reason or "cancelled"),
                             broken=t.started)
         if errnum:
-            return Response(status, t.headers, b"".join(t.chunks)[:1024 * 1024],
-                            streamed=t.started, error=self._map_error(errnum, message, status),
+            return Response(status, None, b"".join(t.chunks)[:1024 * 1024],
+                            streamed=t.started, source=t, error=self._map_error(errnum, message, status),
                             broken=t.started)
         body = b"".join(t.chunks)
         if status >= 400:
             body = body[:1024 * 1024]  # error bodies are small
-        resp = Response(status, t.headers, body, streamed=status < 400 and on_chunk is not None,
-                        first_byte_at=first)
+        resp = Response(status, None, body, streamed=status < 400 and on_chunk is not None,
+                        first_byte_at=first, source=t)
         if status == 599 or status == 0:
             resp.error = RelayError(502, "The upstream closed the connection without answering.",
                                     "upstream_error", "bad_upstream")
