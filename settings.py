@@ -52,8 +52,17 @@ class Settings:
     first_byte_timeout: float = 120.0
     # Seconds a stream may stay silent before we give up on it.
     stream_idle_timeout: float = 120.0
-    # Most upstream connections open at once (curl client pool).
-    max_upstream_clients: int = 512
+    # Concurrent upstream calls per kind of work, each kind with its own
+    # limit so that none queues behind another: plain calls, streams, uploads.
+    max_upstream_clients: int = 2000
+    # Concurrent streaming upstream calls (an open stream costs ~30 KB).
+    max_upstream_streams: int = 20000
+    # Concurrent uploads passed on as they arrive (audio transcription).
+    max_upstream_uploads: int = 200
+    # Seconds a call waits for its kind's limit before a 503 with Retry-After.
+    upstream_queue_wait: float = 10.0
+    # A PEM file of extra CA certificates to trust for HTTPS upstreams.
+    upstream_ca_file: str = ""
     # Further channels tried after a failed upstream call (0: no retry).
     retries: int = 2
     # Output tokens reserved for a chat call that names no max_tokens.

@@ -88,7 +88,7 @@ def start_bare_proxy(workdir: str, upstream_url: str) -> tuple[Child, str]:
 
 
 def start_relay(workdir: str, admin_password: str, root: str = ROOT,
-                name: str = "relay") -> tuple[Child, str]:
+                name: str = "relay", extra_env: dict | None = None) -> tuple[Child, str]:
     """`python server.py` of the tree at `root` (another checkout for A/B)."""
     port = free_port()
     data_dir = os.path.join(workdir, name + "-data")
@@ -96,6 +96,7 @@ def start_relay(workdir: str, admin_password: str, root: str = ROOT,
     env = dict(os.environ, RELAY_ADMIN_PASSWORD=admin_password, PYTHONUNBUFFERED="1")
     # An outside RELAY_MONGO_URL would point the bench at someone's database.
     env.pop("RELAY_MONGO_URL", None)
+    env.update(extra_env or {})
     child = Child(name, [sys.executable, os.path.join(root, "server.py"), "--host",
                          "127.0.0.1", "--port", str(port), "--data-dir", data_dir],
                   os.path.join(workdir, name + ".log"), env=env, cwd=root)

@@ -146,11 +146,22 @@ def print_table(runs: dict) -> None:
               f"{per[proxy] if proxy else '-':>7} / {per['upstream']:6.1f}")
 
 
+def find_py_spy() -> str | None:
+    """py-spy from PATH, or from this interpreter's own environment (a venv
+    that was not activated has it next to python, not on PATH)."""
+    import sysconfig
+    for where in (None, os.path.dirname(sys.executable), sysconfig.get_path("scripts")):
+        found = shutil.which("py-spy", path=where)
+        if found:
+            return found
+    return None
+
+
 def profile(relay: procs.Child, key: str, relay_url: str, args) -> dict | None:
-    spy = shutil.which("py-spy")
+    spy = find_py_spy()
     if spy is None:
         print("\npy-spy is not installed: `pip install -r bench/requirements.txt` for the "
-              "profile.  Skipped.")
+              "profile.  Skipped.", file=sys.stderr)
         return None
     half = max(2.0, args.profile_duration / 2)
     url = relay_url + "/v1/chat/completions"
@@ -242,6 +253,9 @@ def main() -> int:
               f"(pid {upstream.pid}); one call costs {unit_cost} units; work dir {work}")
 
         watch = {"relay": relay.pid, "upstream": upstream.pid}
+        db = procs.children(relay.pid)
+        if db:  # the embedded database: its CPU per call is the usage records' cost
+            watch["database"] = db[0]
         path = "/v1/chat/completions"
         plan = [  # name, base, body, key, connections, seconds
             ("direct", upstream_url, BODY, "", args.connections, args.duration),
@@ -258,6 +272,8 @@ def main() -> int:
             plan[4:4] = [("bare", bare_url, BODY, "", args.connections, args.duration),
                          ("bare_stream", bare_url, STREAM_BODY, "", args.connections,
                           args.duration)]
+            plan += [("bare_c1", bare_url, BODY, "", 1, args.latency_duration),
+                     ("bare_stream_c1", bare_url, STREAM_BODY, "", 1, args.latency_duration)]
         # Warm the relay (caches, leases, curl pool) outside the figures.
         procs.wrk(relay_url + path, BODY, key, args.connections, duration=2)
         before = settled(admin, uid)
@@ -293,6 +309,11 @@ def main() -> int:
                                - runs["direct_stream_c1"]["p50_ms"], 3),
         }
         if bare is not None:
+            # The stack's own floor: what the bare proxy adds at one connection.
+            added["bare_non_stream_ms"] = round(runs["bare_c1"]["p50_ms"]
+                                                - runs["direct_c1"]["p50_ms"], 3)
+            added["bare_stream_ms"] = round(runs["bare_stream_c1"]["p50_ms"]
+                                            - runs["direct_stream_c1"]["p50_ms"], 3)
             ratios["relay_vs_bare"] = round(runs["relay"]["rps"] / runs["bare"]["rps"], 3)
             ratios["bare_vs_direct"] = round(runs["bare"]["rps"] / runs["direct"]["rps"], 3)
             ratios["relay_stream_vs_bare_stream"] = round(
@@ -303,16 +324,20 @@ def main() -> int:
         # CPU first, so 1 / (CPU per call) is what it could serve with a core
         # of its own.  These ratios hold still when other work shares the
         # machine; the measured ones above do not.
-        cpu_ratios = {k: round(runs[b]["cpu_us_per_request"]["upstream"]
-                               / runs[a]["cpu_us_per_request"][p], 3)
-                      for k, a, b, p in (
-                          ("relay_vs_direct", "relay", "direct", "relay"),
-                          ("relay_stream_vs_direct_stream", "relay_stream", "direct_stream",
-                           "relay"),
-                          ("bare_vs_direct", "bare", "direct", "bare"),
-                          ("bare_stream_vs_direct_stream", "bare_stream", "direct_stream",
-                           "bare"))
-                      if a in runs}
+        cpu_ratios = {k: round(runs[b]["cpu_us_per_request"][pb]
+                               / runs[a]["cpu_us_per_request"][pa], 3)
+                      for k, a, pa, b, pb in (
+                          ("relay_vs_direct", "relay", "relay", "direct", "upstream"),
+                          ("relay_stream_vs_direct_stream", "relay_stream", "relay",
+                           "direct_stream", "upstream"),
+                          ("bare_vs_direct", "bare", "bare", "direct", "upstream"),
+                          ("bare_stream_vs_direct_stream", "bare_stream", "bare",
+                           "direct_stream", "upstream"),
+                          # the bare proxy's CPU per call over the relay's
+                          ("relay_vs_bare", "relay", "relay", "bare", "bare"),
+                          ("relay_stream_vs_bare_stream", "relay_stream", "relay",
+                           "bare_stream", "bare"))
+                      if a in runs and b in runs}
         print("\nratios (relay req/s / direct req/s)    measured  by CPU per call")
         for k, v in ratios.items():
             c = cpu_ratios.get(k)
@@ -321,8 +346,14 @@ def main() -> int:
                       cpu_ratios["relay_stream_vs_direct_stream"]) >= TARGET_RATIO
         print(f"  target >= {TARGET_RATIO:.3f} for both modes: {'met' if met else 'NOT met'} "
               f"(by CPU per call: {'met' if met_cpu else 'NOT met'})")
+        if "database" in watch:
+            print("database child CPU per call (us): " + ", ".join(
+                f"{k} {runs[k]['cpu_us_per_request']['database']:.0f}"
+                for k in ("relay", "relay_stream", "relay_c1", "relay_stream_c1")))
         print(f"added latency at one connection (p50): non-streaming {added['non_stream_ms']:.2f} "
-              f"ms, streaming {added['stream_ms']:.2f} ms")
+              f"ms, streaming {added['stream_ms']:.2f} ms" + (
+                  f" (bare proxy: {added['bare_non_stream_ms']:.2f} and "
+                  f"{added['bare_stream_ms']:.2f} ms)" if "bare_stream_ms" in added else ""))
         print(f"peak memory (VmHWM): relay {peak['relay_vm_hwm_kb'] / 1024:.1f} MiB "
               f"(resident after setup {rss_setup / 1024:.1f} MiB), "
               f"database child {peak['database_vm_hwm_kb'] / 1024:.1f} MiB, "

@@ -29,6 +29,19 @@ class RelayError(Exception):
         self.param = param
         self.headers: dict = {}  # sent with the error (Retry-After, x-ratelimit-*)
 
+    # Seconds a client should wait before trying again, sent as Retry-After.
+    @property
+    def retry_after(self) -> int | None:
+        value = self.headers.get("Retry-After")
+        return int(value) if value is not None else None
+
+    @retry_after.setter
+    def retry_after(self, seconds: int | None) -> None:
+        if seconds is None:
+            self.headers.pop("Retry-After", None)
+        else:
+            self.headers["Retry-After"] = str(int(seconds))
+
 
 def bad_request(message: str, code: str = "invalid_request", param: str | None = None) -> RelayError:
     return RelayError(400, message, "invalid_request_error", code, param)
@@ -53,7 +66,9 @@ def render(family: str, err: RelayError, request_id: str) -> dict[str, Any]:
         return {"error": {"code": err.status, "message": message,
                           "status": _GEMINI_STATUS.get(err.status, "UNKNOWN")}}
     if family == "mj":
-        return {"code": _MJ_CODE.get(err.status, 4), "description": message, "result": None,
+        # 23 is midjourney-proxy's "queue full, try again later".
+        code = 23 if err.code == "relay_overloaded" else _MJ_CODE.get(err.status, 4)
+        return {"code": code, "description": message, "result": None,
                 "properties": {}}
     return {"error": {"message": message, "type": err.type, "param": err.param,
                       "code": err.code}}

@@ -246,8 +246,7 @@ class RelayService:
         return outcome
 
     async def _try_channels(self, call, channels, sink, face, cancel) -> Outcome:
-        last = Outcome(error=RelayError(503, "No channel answered.", "service_unavailable",
-                                        "model_not_available"))
+        last = None
         for channel in channels[: self.settings.retries + 1]:
             if cancel.cancelled:
                 break
@@ -261,14 +260,15 @@ class RelayService:
             if out.error is None:
                 self.scheduler.success(channel)
                 return out
-            if out.started or cancel.cancelled:
-                return out
+            if out.started or cancel.cancelled or out.error.code == "relay_overloaded":
+                return out  # our own limit: another channel would meet it too
             if out.error.status in (502, 503, 504, 524, 429) or retryable(out.status or 0):
                 self.scheduler.failure(channel, out.error.message)
                 last = out
                 continue
             return out
-        return last
+        return last or Outcome(error=RelayError(503, "No channel answered.",
+                                                "service_unavailable", "model_not_available"))
 
     async def _attempt_plain(self, call, channel, adaptor, cancel) -> Outcome:
         try:
@@ -295,7 +295,7 @@ class RelayService:
                                    "upstream_error", "bad_upstream")
             return out
         out.body = doc
-        out.headers = {"Content-Type": resp.headers.get("Content-Type", "application/json")}
+        out.headers = {"Content-Type": resp.header("Content-Type", "application/json")}
         if call.extra["wire"] == call.face:
             # Pass-through: the upstream's bytes, or (a mapped model) the
             # adaptor's copy renamed in place; else the face renders the doc.
@@ -338,9 +338,11 @@ class RelayService:
                 return
             emit(b"".join(writer.write(c) for c in chunks))
 
+        # Only a face that names its own headers needs the upstream's parsed.
+        on_start = ((lambda _s, h: upstream_headers.update(h=h)) if hasattr(writer, "headers")
+                    else None)
         resp = await self.upstream.send(req.method, req.url, req.headers, req.body,
-                                        on_chunk=on_chunk, cancel=cancel,
-                                        on_start=lambda _s, h: upstream_headers.update(h=h),
+                                        on_chunk=on_chunk, cancel=cancel, on_start=on_start,
                                         body_producer=req.body_producer)
         out.status = resp.status
         out.usage = reader.usage

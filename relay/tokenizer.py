@@ -10,8 +10,6 @@ import json
 from functools import lru_cache
 from typing import Any
 
-import bpe_openai
-
 # OpenAI's chat format adds a few tokens per message and for the reply primer.
 _PER_MESSAGE = 3
 _REPLY_PRIMER = 3
@@ -19,6 +17,10 @@ _REPLY_PRIMER = 3
 
 @lru_cache(maxsize=64)
 def _encoding(model: str):
+    # Imported on first use: bpe_openai builds its tables at import (63 MB
+    # and 1.6 s here), and a relay whose upstreams report usage on chat
+    # calls may never need them.
+    import bpe_openai
     try:
         return bpe_openai.encoding_for_model(model)
     except Exception:

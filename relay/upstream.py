@@ -1,29 +1,36 @@
 """The only code that makes outbound HTTP calls to upstream channels.
 
-It uses Tornado's curl-based AsyncHTTPClient: libcurl keeps connections to
-each upstream alive and reuses them (the simple client opens one per
-request).  Responses below 400 can be streamed chunk by chunk to a callback
-as they arrive; error responses are collected (they are small) so that the
-caller can map and possibly retry them.
+It uses Tornado's curl-based AsyncHTTPClient (relay/curl_client.py):
+libcurl keeps connections to each upstream alive and reuses them, and
+multiplexes streams over HTTP/2 where the upstream offers it.  Responses
+below 400 can be streamed chunk by chunk to a callback as they arrive;
+error responses are collected (they are small) so that the caller can map
+and possibly retry them.
 
-Three things libcurl's own timeouts cannot express are done with its
-progress callback, which libcurl calls at least once a second per transfer:
-- a deadline for the first response byte (504),
-- a limit on silence in the middle of a stream,
-- cancellation when our own client has gone away.
+Each kind of work (plain calls, streams, uploads) passes its own Gate: a
+limit on concurrent calls with a bounded wait, so that thousands of open
+streams never make a plain call queue behind them.
+
+Three deadlines, none of which costs a Python call per libcurl event:
+- the first response byte: checked once a second for all calls (504);
+- silence in the middle of a stream: libcurl's low-speed check (under one
+  byte a second for `idle_timeout`; a transfer we paused is exempt);
+- our own client going away: setting `Cancel.cancelled` aborts the
+  transfer on the next loop turn.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from collections import deque
 from typing import Callable
 
 import pycurl
-from tornado.curl_httpclient import CurlAsyncHTTPClient, CurlError
-from tornado.httpclient import HTTPRequest
 from tornado.httputil import HTTPHeaders
+from tornado.ioloop import IOLoop, PeriodicCallback
 
+from relay.curl_client import CurlClient, Transfer
 from relay.errors import RelayError
 
 log = logging.getLogger("relay.upstream")
@@ -40,66 +47,165 @@ class Cancel:
     then backs up into TCP instead of into our memory.
     """
 
+    __slots__ = ("_cancelled", "paused", "_transfer")
+
     def __init__(self):
-        self.cancelled = False
+        self._cancelled = False
         self.paused = False
-        self._curl = None
-        self._client = None
+        self._transfer: Transfer | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @cancelled.setter
+    def cancelled(self, value: bool) -> None:
+        self._cancelled = value
+        t = self._transfer
+        if value and t is not None and t.curl is not None:
+            # Not from inside whatever set it (possibly our own chunk callback).
+            IOLoop.current().add_callback(t.client.abort, t)
 
     def pause(self) -> None:
-        if self._curl is not None and not self.paused:
+        t = self._transfer
+        if t is not None and t.curl is not None and not self.paused:
             try:
-                self._curl.pause(pycurl.PAUSE_RECV)
+                t.curl.pause(pycurl.PAUSE_RECV)
                 self.paused = True
             except pycurl.error:
                 pass
 
     def resume(self) -> None:
-        if self._curl is not None and self.paused:
+        t = self._transfer
+        if t is not None and t.curl is not None and self.paused:
             self.paused = False
             try:
-                self._curl.pause(pycurl.PAUSE_CONT)
+                t.curl.pause(pycurl.PAUSE_CONT)
             except pycurl.error:
                 pass
             # Ask libcurl to act now instead of on its next timer.
-            self._client._set_timeout(0)
+            t.client._set_timeout(0)
 
 
-@dataclass
 class Response:
-    status: int
-    headers: HTTPHeaders
-    body: bytes = b""
-    streamed: bool = False
-    first_byte_at: float = 0.0
-    error: RelayError | None = None
-    # True when the transfer broke after the upstream started answering.
-    broken: bool = False
+    """What came back.  `headers` are parsed on first use (most calls read
+    one header at most: use `header(name)` for that)."""
+
+    __slots__ = ("status", "_headers", "_source", "body", "streamed", "first_byte_at", "error",
+                 "broken")
+
+    def __init__(self, status: int, headers: HTTPHeaders | None = None, body: bytes = b"",
+                 streamed: bool = False, first_byte_at: float = 0.0,
+                 error: RelayError | None = None, broken: bool = False,
+                 source: Transfer | None = None):
+        self.status = status
+        self._headers = headers
+        self._source = source
+        self.body = body
+        self.streamed = streamed
+        self.first_byte_at = first_byte_at
+        self.error = error
+        # True when the transfer broke after the upstream started answering.
+        self.broken = broken
+
+    @property
+    def headers(self) -> HTTPHeaders:
+        if self._headers is None:
+            self._headers = self._source.headers if self._source is not None else HTTPHeaders()
+            self._source = None
+        return self._headers
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        if self._headers is None and self._source is not None:
+            return self._source.header(name, default)
+        return self.headers.get(name, default)
 
 
-@dataclass
 class _Watch:
-    first_byte_timeout: float
-    idle_timeout: float
-    cancel: Cancel
-    started: float = field(default_factory=time.monotonic)
-    last_data: float = 0.0
-    reason: str = ""
+    """The first-byte deadline of one transfer, and why it was stopped."""
+
+    __slots__ = ("first_byte_timeout", "cancel", "t", "started", "reason")
+
+    def __init__(self, first_byte_timeout: float, cancel: Cancel, t: Transfer):
+        self.first_byte_timeout = first_byte_timeout
+        self.cancel = cancel
+        self.t = t
+        self.started = 0.0
+        self.reason = ""
+
+
+class Gate:
+    """A limit on concurrent upstream calls of one kind, with a bounded wait.
+
+    Each kind of work (streams, plain calls, uploads) has its own gate, so a
+    crowd of one kind never queues another behind it.  Entering is free
+    while under the limit; past it a call waits its turn (first come, first
+    served) for at most `wait` seconds, then gets False.
+    """
+
+    def __init__(self, kind: str, limit: int, wait: float):
+        self.kind = kind
+        self.limit = limit
+        self.wait = wait
+        self.active = 0
+        self._waiters: deque = deque()
+
+    def try_enter(self) -> bool:
+        if self.active < self.limit and not self._waiters:
+            self.active += 1
+            return True
+        return False
+
+    async def enter(self) -> bool:
+        if self.try_enter():
+            return True
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._waiters.append(fut)
+        timer = loop.call_later(self.wait, _expire, fut)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            if not fut.done():  # the waiting call itself was cancelled
+                fut.cancel()
+
+    def leave(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(True)  # the place passes on; active is unchanged
+                return
+        self.active -= 1
+
+
+def _expire(fut) -> None:
+    if not fut.done():
+        fut.set_result(False)
 
 
 class Upstream:
     def __init__(self, connect_timeout: float = 10.0, first_byte_timeout: float = 120.0,
-                 idle_timeout: float = 120.0, max_clients: int = 512,
+                 idle_timeout: float = 120.0, max_calls: int = 2000, max_streams: int = 20000,
+                 max_uploads: int = 200, queue_wait: float = 10.0, ca_file: str = "",
                  max_body_size: int = 512 * 1024 * 1024):
         self.connect_timeout = connect_timeout
         self.first_byte_timeout = first_byte_timeout
         self.idle_timeout = idle_timeout
+        self.max_body_size = max_body_size
+        self.gates = {"call": Gate("call", max_calls, queue_wait),
+                      "stream": Gate("stream", max_streams, queue_wait),
+                      "upload": Gate("upload", max_uploads, queue_wait)}
+        self._waiting: set[_Watch] = set()   # calls yet to see their first byte
+        self._sweeper: PeriodicCallback | None = None
         # force_instance: our pool is ours alone, whatever else in the
         # process uses AsyncHTTPClient (e.g. notification webhooks).
-        self.client = CurlAsyncHTTPClient(force_instance=True, max_clients=max_clients,
-                                          max_body_size=max_body_size)
+        self.client = CurlClient(force_instance=True, max_body_size=max_body_size,
+                                 ca_file=ca_file)
 
     def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.stop()
         self.client.close()
 
     async def send(self, method: str, url: str, headers: dict, body: bytes | None = None, *,
@@ -109,125 +215,115 @@ class Upstream:
                    first_byte_timeout: float | None = None,
                    body_producer=None) -> Response:
         """Make one call.  Never raises for HTTP or network failures: the
-        returned Response carries `error` (a RelayError with our status)."""
-        watch = _Watch(first_byte_timeout or self.first_byte_timeout, self.idle_timeout,
-                       cancel or Cancel())
-        resp_headers = HTTPHeaders()
-        state = {"status": 0, "started": False, "final": False, "err_body": bytearray(), "body": []}
+        returned Response carries `error` (a RelayError with our status).
 
-        def header_line(raw: bytes) -> None:
-            # Runs inside libcurl (synchronously, before any body chunk is
-            # delivered), unlike Tornado's header_callback, which is queued
-            # and may arrive after the body.  So it only records.
-            line = raw.decode("latin1").rstrip("\r\n")
-            if line.startswith("HTTP/"):
-                resp_headers.clear()
-                parts = line.split(" ", 2)
-                try:
-                    state["status"] = int(parts[1])
-                except (IndexError, ValueError):
-                    state["status"] = 502
-            elif line.strip():
-                try:
-                    resp_headers.parse_line(line)
-                except Exception:
-                    pass
-            elif state["status"] >= 200:
-                state["final"] = True
-
-        def begin() -> None:
-            if not state["started"] and state["final"]:
-                state["started"] = True
-                watch.last_data = time.monotonic()
-                if on_start is not None and state["status"] < 400:
-                    on_start(state["status"], resp_headers)
-
-        def chunk_cb(chunk: bytes) -> None:
-            begin()
-            watch.last_data = time.monotonic()
-            if state["status"] >= 400:
-                if len(state["err_body"]) < 1024 * 1024:  # error bodies are small
-                    state["err_body"] += chunk
-            elif on_chunk is None:
-                state["body"].append(chunk)
-            else:
-                on_chunk(chunk)
-
-        def progress(_dltotal, _dlnow, _ultotal, _ulnow) -> int:
-            now = time.monotonic()
-            if watch.cancel.cancelled:
-                watch.reason = "cancelled"
-                return 1
-            if not watch.last_data and now - watch.started > watch.first_byte_timeout:
-                watch.reason = "first_byte"
-                return 1
-            if (watch.last_data and not watch.cancel.paused
-                    and now - watch.last_data > watch.idle_timeout):
-                watch.reason = "idle"
-                return 1
-            return 0
-
-        def prepare(curl) -> None:
-            watch.cancel._curl = curl
-            watch.cancel._client = self.client
-            curl.setopt(pycurl.HEADERFUNCTION, header_line)
-            curl.setopt(pycurl.NOPROGRESS, 0)
-            curl.setopt(pycurl.XFERINFOFUNCTION, progress)
-            # The low-speed check makes libcurl wake this transfer every
-            # second even when the socket is silent; without it the progress
-            # callback (our deadlines and cancellation) may never run.
-            curl.setopt(pycurl.LOW_SPEED_LIMIT, 1)
-            curl.setopt(pycurl.LOW_SPEED_TIME, max(1, int(watch.idle_timeout)))
-            if body_producer is not None:
-                self._stream_upload(curl, body_producer, watch)
-
-        if body_producer is not None and body_producer.length is None:
-            headers = dict(headers, **{"Transfer-Encoding": "chunked"})
-        req = HTTPRequest(url, method=method, headers=headers,
-                          body=body if body_producer is None else None,
-                          body_producer=body_producer,
-                          allow_nonstandard_methods=True,
-                          connect_timeout=self.connect_timeout,
-                          request_timeout=24 * 3600,
-                          # A whole answer is collected by libcurl's own buffer: no
-                          # per-chunk hop through the IOLoop for it.
-                          streaming_callback=chunk_cb if on_chunk is not None else None,
-                          prepare_curl_callback=prepare,
-                          decompress_response=True, follow_redirects=False)
-        t0 = time.monotonic()
+        Its kind (upload, stream, plain call) decides which gate it passes;
+        one that finds its kind full for the gate's whole wait gets 503
+        with a Retry-After."""
+        kind = "upload" if body_producer is not None else "stream" if on_chunk else "call"
+        gate = self.gates[kind]
+        if not gate.try_enter() and not await gate.enter():
+            return Response(0, HTTPHeaders(), error=_busy(kind, gate))
         try:
+            t = self._transfer(method, url, headers, body, on_start, on_chunk,
+                               cancel or Cancel(), first_byte_timeout, body_producer)
+            if isinstance(t, Response):
+                return t
+            t0 = time.monotonic()
+            watch = t.watch
+            watch.started = t0
+            self.client.start(t)
+            watch.cancel._transfer = t
+            if watch.cancel.cancelled:  # our client left while we queued
+                self.client.abort(t)
+            self._waiting.add(watch)
+            if self._sweeper is None:
+                self._sweeper = PeriodicCallback(self._sweep, 1000)
+                self._sweeper.start()
             try:
-                whole = await self.client.fetch(req, raise_error=False)
+                errnum, message = await t.done
             finally:
                 # libcurl handles are pooled: never touch this one again.
-                watch.cancel._curl = None
-        except (CurlError, OSError) as exc:  # network-level failure
-            return Response(state["status"], resp_headers, bytes(state["err_body"]),
-                            streamed=state["started"], error=self._map_exc(exc, watch, state),
-                            broken=state["started"])
-        begin()
-        status = state["status"]
-        if watch.reason:
-            return Response(status, resp_headers, b"", streamed=state["started"],
-                            error=self._map_reason(watch.reason), broken=state["started"])
-        if on_chunk is None:
-            body = whole.body or b""
-            watch.last_data = watch.last_data or time.monotonic()
-        else:
-            body = bytes(state["err_body"]) if status >= 400 else b"".join(state["body"])
-        resp = Response(status, resp_headers, body,
-                        streamed=status < 400 and on_chunk is not None,
-                        first_byte_at=(watch.last_data - t0) if watch.last_data else 0.0)
+                watch.cancel._transfer = None
+                self._waiting.discard(watch)
+        finally:
+            gate.leave()
+        try:
+            return self._response(t, errnum, message, t0)
+        finally:
+            # Break the transfer <-> watch cycle and drop the callbacks, so
+            # that a finished call is freed by reference counting: a stream
+            # left to the cyclic collector costs it a full pass at scale.
+            t.release()
+
+    def _sweep(self) -> None:
+        """Once a second: stop calls whose upstream has not begun to answer
+        within their first-byte timeout.  (A timer per call costs more than
+        the rest of the call's upstream side together.)"""
+        now = time.monotonic()
+        for watch in list(self._waiting):
+            t = watch.t
+            if t.curl is None or t.final or t.last_data:
+                self._waiting.discard(watch)  # answering (or over): no longer ours to time
+            elif now - watch.started > watch.first_byte_timeout:
+                # (an upload still coming in keeps moving `started` on)
+                self._waiting.discard(watch)
+                watch.reason = "first_byte"
+                self.client.abort(t)
+
+    def _transfer(self, method, url, headers, body, on_start, on_chunk, cancel,
+                  first_byte_timeout, body_producer) -> Transfer | Response:
+        lines = [b"Expect:", b"Pragma:"]
+        for k, v in headers.items():
+            line = f"{k}: {v}".encode("latin1")
+            if b"\r" in line or b"\n" in line:
+                return Response(0, HTTPHeaders(), error=RelayError(
+                    502, f"A header for the upstream holds a line break: {k}", "upstream_error",
+                    "bad_upstream"))
+            lines.append(line)
+        t = Transfer(method, url, lines, body)
+        t.on_start = on_start
+        t.on_chunk = on_chunk
+        t.connect_timeout = self.connect_timeout
+        t.low_speed_time = max(1, int(self.idle_timeout))
+        t.max_body = self.max_body_size
+        watch = _Watch(first_byte_timeout or self.first_byte_timeout, cancel, t)
+        t.watch = watch
+        if body_producer is not None:
+            if body_producer.length is None:
+                lines.append(b"Transfer-Encoding: chunked")
+            t.producer = self._stream_upload(t, body_producer, watch)
+        return t
+
+    def _response(self, t: Transfer, errnum: int, message: str, t0: float) -> Response:
+        watch, cancel, on_chunk = t.watch, t.watch.cancel, t.on_chunk
+        t.begin()
+        status = t.status
+        first = (t.last_data - t0) if t.last_data else 0.0
+        if errnum == _TIMEOUT and "too slow" in message.lower():  # the low-speed check
+            watch.reason = "idle" if t.started else "first_byte"
+        if watch.reason or errnum == _ABORTED and cancel.cancelled:
+            return Response(status, None, b"", streamed=t.started, source=t,
+                            error=self._map_reason(watch.reason or "cancelled"),
+                            broken=t.started)
+        if errnum:
+            return Response(status, None, b"".join(t.chunks)[:1024 * 1024],
+                            streamed=t.started, source=t, error=self._map_error(errnum, message, status),
+                            broken=t.started)
+        body = b"".join(t.chunks)
+        if status >= 400:
+            body = body[:1024 * 1024]  # error bodies are small
+        resp = Response(status, None, body, streamed=status < 400 and on_chunk is not None,
+                        first_byte_at=first, source=t)
         if status == 599 or status == 0:
             resp.error = RelayError(502, "The upstream closed the connection without answering.",
                                     "upstream_error", "bad_upstream")
         return resp
 
-    def _stream_upload(self, curl, producer, watch: _Watch) -> None:
+    def _stream_upload(self, t: Transfer, producer, watch: "_Watch"):
         """Feed the request body from `producer` as its bytes arrive.
 
-        Tornado's curl client takes only a whole body, so the read callback
-        is replaced: it hands libcurl what the producer has, pauses the
+        libcurl's read callback hands it what the producer has, pauses the
         upload when the producer has nothing yet, and is woken by the
         producer when more arrives.  The producer (relay/upload.py) has:
         `length` (int, or None for chunked), `start(wake)` (called once per
@@ -235,18 +331,20 @@ class Upstream:
         b"" at the end, None when nothing is there yet) and `aborted`.
         """
         state = {"paused": False}
+        cancel = watch.cancel
 
         def wake() -> None:
-            if state["paused"] and watch.cancel._curl is curl:
+            curl = t.curl
+            if state["paused"] and curl is not None:
                 state["paused"] = False
                 try:
-                    curl.pause(pycurl.PAUSE_RECV if watch.cancel.paused else pycurl.PAUSE_CONT)
+                    curl.pause(pycurl.PAUSE_RECV if cancel.paused else pycurl.PAUSE_CONT)
                 except pycurl.error:
                     return
                 self.client._set_timeout(0)
 
         def read(size: int):
-            if producer.aborted or watch.cancel.cancelled:
+            if producer.aborted or cancel.cancelled:
                 # Our client left or sent a bad body: its call ends as 499.
                 watch.reason = "cancelled"
                 return pycurl.READFUNC_ABORT
@@ -260,9 +358,8 @@ class Upstream:
             return data
 
         producer.start(wake)
-        curl.setopt(pycurl.READFUNCTION, read)
-        curl.setopt(pycurl.POSTFIELDSIZE_LARGE,
-                    producer.length if producer.length is not None else -1)
+        t.upload_size = producer.length if producer.length is not None else -1
+        return read
 
     @staticmethod
     def _map_reason(reason: str) -> RelayError:
@@ -274,20 +371,25 @@ class Upstream:
                               "upstream_timeout")
         return RelayError(499, "The client closed the request.", "client_closed", "client_closed")
 
-    def _map_exc(self, exc: Exception, watch: _Watch, state: dict) -> RelayError:
-        if watch.reason:
-            return self._map_reason(watch.reason)
-        code = getattr(exc, "errno", None)
-        msg = str(exc)
+    @staticmethod
+    def _map_error(code: int, msg: str, status: int) -> RelayError:
         low = msg.lower()
-        if code == _TIMEOUT or "timed out" in low:
-            if "connect" in low or not state["status"]:
+        if code == _TIMEOUT:
+            if "connect" in low or not status:
                 return RelayError(524, "Connecting to the upstream timed out.", "upstream_error",
                                   "upstream_connect_timeout")
             return RelayError(504, "The upstream did not answer in time.", "upstream_error",
                               "upstream_timeout")
-        if code in (_COULDNT_CONNECT, _COULDNT_RESOLVE) or "connect" in low or "resolve" in low:
+        if code in (_COULDNT_CONNECT, _COULDNT_RESOLVE):
             return RelayError(502, "Could not connect to the upstream.", "upstream_error",
                               "upstream_unreachable")
         return RelayError(502, f"The upstream connection failed: {msg[:200]}", "upstream_error",
                           "bad_upstream")
+
+
+def _busy(kind: str, gate: Gate) -> RelayError:
+    what = {"stream": "streaming calls", "call": "calls", "upload": "uploads"}[kind]
+    err = RelayError(503, f"The relay is at its limit of {gate.limit} concurrent {what}; "
+                          "retry shortly.", "server_error", "relay_overloaded")
+    err.retry_after = max(1, int(gate.wait))
+    return err

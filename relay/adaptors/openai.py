@@ -87,6 +87,10 @@ class BinaryStream(StreamReader):
         return []
 
 
+# The string fields delta_text() reads, as they appear in a chunk's JSON.
+_DELTA_TEXT = re.compile(r'"(?:content|reasoning_content|name|arguments)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
 def delta_text(chunk: dict) -> str:
     out = []
     for choice in chunk.get("choices") or ():
@@ -179,7 +183,13 @@ class OpenAIStream(StreamReader):
                 continue
             raw = sse.encode(ev.data, ev.event or None) if self.keep_raw else None
             if self.lazy and '"usage"' not in ev.data:
-                self._unparsed.append(ev.data)
+                # Only the generated text is kept (still JSON-escaped), not
+                # the event: a tenth of the memory for an open stream.
+                frags = _DELTA_TEXT.findall(ev.data)
+                if frags:
+                    self._unparsed.append("".join(frags))
+                    if len(self._unparsed) >= 64:
+                        self._unparsed = ["".join(self._unparsed)]
                 out.append(Chunk(None, raw))
                 continue
             try:
@@ -194,12 +204,12 @@ class OpenAIStream(StreamReader):
 
     @property
     def text(self) -> str:
-        for data in self._unparsed:
+        if self._unparsed:
             try:
-                self.text_parts.append(delta_text(json.loads(data)))
+                self.text_parts.append(json.loads('"' + "".join(self._unparsed) + '"'))
             except ValueError:
                 pass
-        self._unparsed.clear()
+            self._unparsed.clear()
         return "".join(self.text_parts)
 
     def feed(self, data: bytes) -> list[Chunk]:
