@@ -87,8 +87,9 @@ class BinaryStream(StreamReader):
         return []
 
 
-# The string fields delta_text() reads, as they appear in a chunk's JSON.
-_DELTA_TEXT = re.compile(r'"(?:content|reasoning_content|name|arguments)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+# The string fields delta_text() reads, as they appear in a chunk's JSON (`text`: a legacy
+# completion chunk).
+_DELTA_TEXT = re.compile(r'"(?:content|reasoning_content|name|arguments|text)"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
 def delta_text(chunk: dict) -> str:
