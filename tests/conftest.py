@@ -18,6 +18,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "browser: drives headless Chromium")
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """In CI nothing may skip: a missing CLI, browser or library that a
+    developer may lack locally would otherwise hide a failure there."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if os.environ.get("CI") and skipped and exitstatus in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
+        reporter.write_line(f"CI: {len(skipped)} test(s) skipped; every test must run in CI:",
+                            red=True)
+        for rep in skipped:
+            reporter.write_line(f"  {rep.nodeid}: {rep.longrepr[-1] if rep.longrepr else ''}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session")
 def mongo_url(tmp_path_factory):
     db = EmbeddedMongo(str(tmp_path_factory.mktemp("mongo")))
