@@ -8,10 +8,12 @@ workers and the HTTP server, and stops them in order on SIGTERM/SIGINT.
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
 import logging
 import re
 import signal
+import socket
 import sys
 import time
 
@@ -19,6 +21,7 @@ import tornado.web
 from tornado.httpserver import HTTPServer
 
 import settings as settings_mod
+from models.datadir import DataDirBusy, DataDirLock
 from models.secrets import Vault, load_or_create_secret
 from models.seed import seed
 from models.store import Store
@@ -89,10 +92,10 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
     secret = config.secret or load_or_create_secret(config.data_dir)
     vault = Vault(secret)
     catalog = Catalog(store, vault, ttl=config.cache_ttl, poll=config.invalidation_poll)
-    usage_log = UsageLog(store, bus, retention_days=config.usage_retention_days)
     billing = Billing(store, bus, process_id=catalog.process_id, lease_chunk=config.lease_chunk,
-                      flush_interval=config.usage_flush_interval)
-    billing.before_flush.append(usage_log.flush)
+                      flush_interval=config.usage_flush_interval, data_dir=config.data_dir,
+                      spill_max_mb=config.spill_max_mb, stale_after=config.lease_stale_after)
+    usage_log = UsageLog(store, bus, retention_days=config.usage_retention_days, billing=billing)
     scheduler = Scheduler(catalog, store)
     upstream = Upstream(connect_timeout=config.connect_timeout,
                         first_byte_timeout=config.first_byte_timeout,
@@ -111,12 +114,11 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
     return app
 
 
-async def start_workers(app: RelayApplication) -> None:
+async def start_workers(app: RelayApplication, previous_process: str = "") -> None:
     s = app.settings
     await s["catalog"].load()
     s["catalog"].start_polling()
-    await s["billing"].heartbeat()
-    await s["billing"].reclaim_stale()
+    await s["billing"].start_up([previous_process] if previous_process else [])
     s["billing"].start()
     for starter in s.get("on_start", []):
         await starter(app)
@@ -130,13 +132,62 @@ async def stop_workers(app: RelayApplication, grace: float) -> None:
     if s["service"].inflight:
         log.warning("%d call(s) still running after %.0fs; cancelling", s["service"].inflight, grace)
     for stopper in s.get("on_stop", []):
-        await stopper(app)
+        try:
+            await asyncio.wait_for(stopper(app), 5)
+        except (asyncio.TimeoutError, Exception) as exc:
+            log.warning("stopping %s: %s", getattr(stopper, "__qualname__", stopper),
+                        exc or type(exc).__name__)
     await s["catalog"].stop_polling()
     await s["billing"].stop()
     s["upstream"].close()
 
 
-async def serve(config) -> None:
+def fail(message: str) -> None:
+    """A start-up refusal: one line, exit status 1."""
+    print(f"relay: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+def bind_only(port: int, host: str) -> list[socket.socket]:
+    """Take the port now, listen later: a client that connects before the
+    relay is ready is refused, not left waiting on a half-started process."""
+    sockets = []
+    try:
+        for af, kind, proto, _, addr in sorted(set(socket.getaddrinfo(
+                host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE))):
+            sock = socket.socket(af, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if af == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.setblocking(False)
+            sock.bind(addr[:2] if af == socket.AF_INET else addr)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def claim(config) -> tuple[DataDirLock, list]:
+    """The data directory, then the port: refuse in one line if either is
+    taken, before anything is started or changed."""
+    lock = DataDirLock(config.data_dir)
+    try:
+        lock.acquire()
+    except DataDirBusy as exc:
+        fail(str(exc))
+    try:
+        sockets = bind_only(config.port, config.host)
+    except OSError as exc:
+        lock.release()
+        if exc.errno == errno.EADDRINUSE:
+            fail(f"port {config.port} on {config.host or '*'} is already in use")
+        fail(f"cannot listen on {config.host or '*'}:{config.port}: {exc.strerror or exc}")
+    return lock, sockets
+
+
+async def serve(config, lock: DataDirLock, sockets: list) -> None:
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if config.log_level.lower() != "debug":
@@ -152,35 +203,54 @@ async def serve(config) -> None:
               "  It will not be shown again; change it after signing in.\n", flush=True)
     bus = Bus()
     app = build_app(config, store, bus)
-    await start_workers(app)
+    previous = lock.previous.get("process_id", "")
+    # Until the predecessor is reclaimed, the lock keeps naming it.
+    lock.write(port=config.port, process_id=previous)
+    await start_workers(app, previous)
+    lock.write(port=config.port, process_id=app.settings["billing"].pid)
     server = RelayHTTPServer(app, xheaders=False, max_body_size=8 * 1024 * 1024,
-                        idle_connection_timeout=300)
-    server.listen(config.port, config.host)
+                             idle_connection_timeout=300)
+    for sock in sockets:
+        sock.listen(1024)
+    server.add_sockets(sockets)
     log.info("relay listening on %s:%s (database: %s)", config.host, config.port,
              "embedded" if not config.mongo_url else "external")
     print(f"relay listening on http://{config.host}:{config.port}", flush=True)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down: no new connections; draining calls")
     server.stop()
-    await stop_workers(app, config.shutdown_grace)
-    await server.close_all_connections()
+    try:
+        # Calls get shutdown_grace; flushing, leases and the database get
+        # a bounded few seconds more, whatever state the database is in.
+        await asyncio.wait_for(stop_workers(app, config.shutdown_grace),
+                               config.shutdown_grace + 15)
+    except asyncio.TimeoutError:
+        app.settings["billing"].journal.drain_all()
+        log.error("shutdown did not finish in time; unwritten usage is in the spill file")
+    try:
+        await asyncio.wait_for(server.close_all_connections(), 2)
+    except asyncio.TimeoutError:
+        pass
     await store.close()
+    lock.release()
     log.info("stopped")
 
 
 def main(argv=None) -> None:
     config = settings_mod.load(sys.argv[1:] if argv is None else argv)
+    lock, sockets = claim(config)
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(config))
+    asyncio.run(serve(config, lock, sockets))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,15 @@ class Settings:
     retries: int = 2
     # Cost reserved for a chat call that names no max_tokens.
     default_max_tokens: int = 4096
+    # Seconds between billing flushes: usage records and the balances made
+    # from them.  Also the loss window on kill -9 (README, "Money").
     usage_flush_interval: float = 0.25
+    # Seconds without a heartbeat after which a relay is taken for dead and
+    # its quota leases go back (other relays sharing the database do it).
+    lease_stale_after: float = 60.0
+    # Bound of <data_dir>/spill.jsonl, where usage waits when the database
+    # cannot take it; at the bound billable calls are refused (503).
+    spill_max_mb: int = 256
     shutdown_grace: float = 30.0
     # Quota units a process leases from an account or key at once; see
     # relay/billing.py for why leases exist.

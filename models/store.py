@@ -11,11 +11,16 @@ import time
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReturnDocument
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
 from models.embedded import EmbeddedMongo
 
-__all__ = ["Store", "DuplicateKeyError", "PyMongoError", "ReturnDocument", "ASCENDING", "DESCENDING"]
+__all__ = ["Store", "DuplicateKeyError", "PyMongoError", "ReturnDocument", "ASCENDING", "DESCENDING",
+           "insert_records", "all_of", "DUPLICATE_KEY"]
+
+# Matched by code, never by text: nx-27017 says "UNIQUE constraint failed"
+# where MongoDB says "E11000 duplicate key error".
+DUPLICATE_KEY = 11000
 
 log = logging.getLogger("relay.store")
 
@@ -30,7 +35,10 @@ INDEXES: dict[str, list[tuple[list, dict]]] = {
     "redemptions": [([("key", ASCENDING)], {"unique": True})],
     "usage": [([("user_id", ASCENDING), ("created_at", DESCENDING)], {}),
               ([("created_at", DESCENDING)], {}),
-              ([("token_id", ASCENDING)], {})],
+              ([("token_id", ASCENDING)], {}),
+              # the reclaim pass reads a dead process's records by sequence
+              ([("proc", ASCENDING), ("seq", ASCENDING)], {})],
+    "processes": [([("dead", ASCENDING), ("heartbeat", ASCENDING)], {})],
     "invalidations": [([("ts", ASCENDING)], {})],
 }
 
@@ -76,6 +84,38 @@ class Store:
         if self.embedded is not None:
             self.embedded.stop()
             self.embedded = None
+
+
+def all_of(*conditions: dict) -> dict:
+    """A filter that holds when every condition holds.
+
+    nx-27017 deviation: a filter that puts `$or` beside other fields
+    ({_id: 4, $or: [...]}) can match a document outside `_id` (it loses the
+    grouping of the `$or`), so an update_one changes the wrong document.
+    Inside an explicit `$and` both servers get it right; a filter with one
+    condition stays as it is.
+    """
+    conds = [c for c in conditions if c]
+    return conds[0] if len(conds) == 1 else {"$and": conds}
+
+
+async def insert_records(coll, docs: list[dict]) -> int:
+    """insert_many that treats documents already there (same _id) as written.
+
+    Returns how many were new.  Any other error is raised: the caller keeps
+    the batch and tries again.
+    """
+    if not docs:
+        return 0
+    try:
+        r = await coll.insert_many([dict(d) for d in docs], ordered=False)
+        return len(r.inserted_ids)
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors") or []
+        if exc.details.get("writeConcernErrors") or any(
+                e.get("code") != DUPLICATE_KEY for e in errors):
+            raise
+        return int(exc.details.get("nInserted") or 0)
 
 
 def now() -> int:

@@ -213,11 +213,8 @@ class Poller:
     async def _refund(self, doc: dict, reason: str) -> None:
         amount = int(doc.get("charged") or 0)
         if amount > 0 and not doc.get("refunded"):
-            given = await self.billing.reverse(f"mj_refund:{doc['_id']}", doc["user_id"],
-                                               doc.get("token_id"), amount,
-                                               f"Midjourney task {doc['_id']} failed: {reason}"[:300])
-            if given:
-                self.usage_log.add(refund_record(doc, amount, reason))
+            await self.billing.reverse(f"mj_refund:{doc['_id']}", refund_record(doc, amount, reason),
+                                       f"Midjourney task {doc['_id']} failed: {reason}"[:300])
         await self.tasks.update(doc["_id"], {"refunded": True})
 
 

@@ -7,7 +7,7 @@
 5. convert the request for the vendor         -> adaptor.request()
 6. relay the upstream reply                   -> _attempt_stream() / _attempt_plain()
 7. settle from real usage                     -> billing.settle()
-8. record a usage log                         -> usage_log.add()
+8. record a usage log (the record is the charge) -> billing.settle(record)
 9. publish the balance                        -> billing (via the bus)
 
 Handlers give us a Sink to write to; we never touch Tornado objects here.
@@ -198,7 +198,8 @@ class RelayService:
         price = self.price(auth, call.model)
         estimate = self.estimate(auth, call, price)
         res = await self.billing.reserve(call.request_id, auth.user.id, auth.token.id,
-                                         not auth.token.unlimited_quota, estimate)
+                                         not auth.token.unlimited_quota, estimate,
+                                         auth.user.credit_limit)
         t0 = time.monotonic()
         self.inflight += 1
         outcome = Outcome()
@@ -333,13 +334,14 @@ class RelayService:
         cost = 0
         if delivered and usage is not None:
             cost = pricing.cost(usage, price, auth.rate, auth.token.billing_mode == "per_call")
-        charged = out.charged = await self.billing.settle(res, cost)
         status = 200 if out.error is None else (499 if cancel.cancelled and out.error.status == 499
                                                 else out.error.status)
         if cancel.cancelled and out.started:
             status = 499
         ch = out.channel
-        self.usage_log.add({
+        # The record is the charge: billing fills in cost, quota (charged)
+        # and unpaid, and makes the two durable together.
+        record = {
             "_id": call.request_id, "user_id": auth.user.id, "username": auth.user.username,
             "token_id": auth.token.id, "token_name": auth.token.name, "group": auth.group,
             "model": call.model, "upstream_model": call.upstream_model,
@@ -348,12 +350,13 @@ class RelayService:
             "completion_tokens": usage.completion_tokens if usage else 0,
             "cached_tokens": usage.cached_tokens if usage else 0,
             "units": usage.units if usage else 0,
-            "quota": charged, "estimated": bool(usage and usage.estimated),
+            "estimated": bool(usage and usage.estimated),
             "duration_ms": int((time.monotonic() - t0) * 1000), "ttfb_ms": int(out.ttfb * 1000),
             "status": status, "stream": call.stream, "client_ip": auth.client_ip,
             "billing_mode": auth.token.billing_mode,
-            "error": out.error.message[:500] if out.error else "",
-        })
+            "error": out.error.message[:500] if out.error else "", "created_at": time.time(),
+        }
+        out.charged = await self.billing.settle(res, cost, record)
 
     def _completion_estimate(self, out: Outcome, call: Call) -> int:
         if out.body and call.endpoint == "chat":
