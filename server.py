@@ -55,11 +55,27 @@ INSTALLERS = ["notify.service", "relay.mj_tasks"]
 
 
 class RelayApplication(tornado.web.Application):
+    draining = False
+
     def find_handler(self, request, **kwargs):
+        if self.draining:
+            # Shutting down: a request on a kept-alive connection is turned
+            # away at once (and the connection closed), so the calls that are
+            # running can finish within shutdown_grace.
+            return self.get_handler_delegate(request, DrainingHandler)
         # Clients given a base URL with a trailing slash post to "//v1/...".
         if "//" in request.path:
             request.path = re.sub(r"/{2,}", "/", request.path)
         return super().find_handler(request, **kwargs)
+
+
+class DrainingHandler(tornado.web.RequestHandler):
+    def prepare(self) -> None:
+        self.set_status(503)
+        self.set_header("Connection", "close")
+        self.set_header("Retry-After", "1")
+        self.finish({"error": {"message": "The server is restarting; try again.",
+                               "type": "service_unavailable", "code": "shutting_down"}})
 
 
 class RelayHTTPServer(HTTPServer):
@@ -124,21 +140,31 @@ async def start_workers(app: RelayApplication, previous_process: str = "") -> No
         await starter(app)
 
 
-async def stop_workers(app: RelayApplication, grace: float) -> None:
+async def stop_workers(app: RelayApplication, grace: float, budget: float = 8.0) -> None:
+    """Let calls finish (up to `grace`), then stop the workers within `budget`
+    seconds whatever the database does: what billing cannot write goes to
+    the spill file."""
     s = app.settings
     deadline = time.monotonic() + grace
     while s["service"].inflight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     if s["service"].inflight:
         log.warning("%d call(s) still running after %.0fs; cancelling", s["service"].inflight, grace)
+    deadline = time.monotonic() + budget
+
+    def left(share: float = 1.0) -> float:
+        return max((deadline - time.monotonic()) * share, 0.1)
     for stopper in s.get("on_stop", []):
         try:
-            await asyncio.wait_for(stopper(app), 5)
+            await asyncio.wait_for(stopper(app), left(0.25))
         except (asyncio.TimeoutError, Exception) as exc:
             log.warning("stopping %s: %s", getattr(stopper, "__qualname__", stopper),
                         exc or type(exc).__name__)
-    await s["catalog"].stop_polling()
-    await s["billing"].stop()
+    try:
+        await asyncio.wait_for(s["catalog"].stop_polling(), left(0.25))
+    except (asyncio.TimeoutError, Exception):
+        pass
+    await s["billing"].stop(timeout=left())
     s["upstream"].close()
 
 
@@ -207,7 +233,8 @@ async def serve(config, lock: DataDirLock, sockets: list) -> None:
     # Until the predecessor is reclaimed, the lock keeps naming it.
     lock.write(port=config.port, process_id=previous)
     await start_workers(app, previous)
-    lock.write(port=config.port, process_id=app.settings["billing"].pid)
+    lock.write(port=config.port, process_id=app.settings["billing"].pid,
+               database=store.embedded.url if store.embedded else "")
     server = RelayHTTPServer(app, xheaders=False, max_body_size=8 * 1024 * 1024,
                              idle_connection_timeout=300)
     for sock in sockets:
@@ -225,11 +252,12 @@ async def serve(config, lock: DataDirLock, sockets: list) -> None:
     await stop.wait()
     log.info("shutting down: no new connections; draining calls")
     server.stop()
+    app.draining = True
     try:
         # Calls get shutdown_grace; flushing, leases and the database get
         # a bounded few seconds more, whatever state the database is in.
         await asyncio.wait_for(stop_workers(app, config.shutdown_grace),
-                               config.shutdown_grace + 15)
+                               config.shutdown_grace + 10)
     except asyncio.TimeoutError:
         app.settings["billing"].journal.drain_all()
         log.error("shutdown did not finish in time; unwritten usage is in the spill file")

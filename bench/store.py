@@ -36,6 +36,7 @@ sys.path.insert(0, ROOT)
 from pymongo import MongoClient  # noqa: E402
 
 from models.embedded import EmbeddedMongo, secantus_command  # noqa: E402
+from models.store import all_of  # noqa: E402
 from tests.helpers import free_port, wait_port  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -89,9 +90,11 @@ def run_one(name: str, records: int, batch: int, check_fidelity: bool = True) ->
         db.usage.create_index([("token_id", 1)])
         db.usage.create_index([("proc", 1), ("seq", 1)])
         for i in range(1, 11):
-            db.users.insert_one({"_id": i, "quota": 10**12, "used_quota": 0, "leases": {}})
-            db.tokens.insert_one({"_id": i, "quota": 10**12, "used_quota": 0, "leases": {}})
         pid, seq = "bench-" + uuid.uuid4().hex[:6], 0
+        for i in range(1, 11):
+            for coll in (db.users, db.tokens):
+                coll.insert_one({"_id": i, "quota": 10**12, "used_quota": 0,
+                                 "leases": {pid: 10**9}, "applied": {pid: 0}})
         window, windows, ticks = records // 10, [], []
         t_start = time.monotonic()
         cpu0 = cpu_seconds(spid)
@@ -111,8 +114,8 @@ def run_one(name: str, records: int, batch: int, check_fidelity: bool = True) ->
                 sums[d["user_id"]] = sums.get(d["user_id"], 0) + d["quota"]
             for coll in (db.users, db.tokens):
                 for ident, s in sums.items():
-                    coll.update_one({"_id": ident, "$or": [{f"applied.{pid}": {"$exists": False}},
-                                                           {f"applied.{pid}": {"$lt": seq}}]},
+                    coll.update_one(all_of({"_id": ident}, {f"applied.{pid}": {"$lt": seq}},
+                                           {f"leases.{pid}": {"$exists": True}}),
                                     {"$inc": {f"leases.{pid}": -s, "used_quota": s},
                                      "$set": {f"applied.{pid}": seq}})
             ticks.append(time.monotonic() - t0)

@@ -6,6 +6,7 @@ against the embedded server and a real MongoDB replica set.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -77,9 +78,14 @@ class Store:
             return_document=ReturnDocument.AFTER)
         return int(doc["seq"])
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 3.0) -> None:
         if self.client is not None:
-            await self.client.close()
+            try:
+                # Closing ends server sessions, which waits for a server that
+                # may be gone: bounded, so a stop never hangs on it.
+                await asyncio.wait_for(self.client.close(), timeout)
+            except asyncio.TimeoutError:
+                pass
             self.client = None
         if self.embedded is not None:
             self.embedded.stop()

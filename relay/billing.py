@@ -302,7 +302,7 @@ class Billing(Leases):
             left = self.journal.pending
             if self.journal.drain_all():
                 log.error("database unavailable at shutdown (%s): %d usage record(s) written to "
-                          "%s; the next start applies them", exc or type(exc).__name__, left,
+                          "%s; the next start applies them", str(exc) or type(exc).__name__, left,
                           self.journal.spill.path)
             else:
                 log.critical("database unavailable at shutdown and the spill file is full: "

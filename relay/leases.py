@@ -46,7 +46,9 @@ the other.  A process is dead when its data directory's next owner says so
 (at once), or when its heartbeat is older than `lease_stale_after`.
 
 A process cut off from a shared database stops taking billable calls once
-its last heartbeat is half the staleness threshold old, so it never spends
+its last heartbeat is 3/8 of the staleness threshold old (others declare
+it dead at 3/4, checking every 1/12, so its leases are back within the
+threshold, 60 s by default), so it never spends
 a lease another process may already have returned.  If it comes back
 after being declared dead, it takes a new process id (its old records are
 then paid from `quota`, as their lease was returned) and carries on.
@@ -151,7 +153,7 @@ class Leases:
         """Raise BillingUnavailable when a billable call must not start."""
         if self.journal.spill.full:
             raise BillingUnavailable("the database is unreachable and the spill file is full")
-        if time.monotonic() - self._last_heartbeat > self.stale_after / 2:
+        if time.monotonic() - self._last_heartbeat > self.stale_after * 3 / 8:
             raise BillingUnavailable("the database has not answered for "
                                      f"{time.monotonic() - self._last_heartbeat:.0f}s")
 
@@ -239,7 +241,7 @@ class Leases:
             busy = False
             try:
                 busy = await self.flush()
-                if time.monotonic() - last_beat > self.stale_after / 6:
+                if time.monotonic() - last_beat > self.stale_after / 12:
                     last_beat = time.monotonic()
                     await self._db(self.heartbeat())
                     await self._db(self.reclaim_stale())
@@ -259,6 +261,7 @@ class Leases:
         """One tick: a bounded batch of records, then their balances, then idle
         leases.  Returns True while older records wait in the spill file."""
         async with self._flush_lock:
+            started = time.time()
             batch, offset = self.journal.take()
             # Our own records at or below applied_upto are a copy the guard
             # wrote while a slow tick was still storing them.
@@ -279,8 +282,14 @@ class Leases:
                         b.spent -= int(r.get("quota") or 0)
             if mine:
                 self.applied_upto = max(self.applied_upto, max(r["seq"] for r in mine))
+            if batch:
+                # `flushed_at`: every record made before it is in the database
+                # or the spill file (what the crash tests check against).
+                durable = started if not self.journal.memory else self.journal.memory[0][1].get(
+                    "created_at", started)
                 await self._db(self.store.db.processes.update_one(
-                    {"_id": self.pid}, {"$max": {"applied_upto": self.applied_upto}}))
+                    {"_id": self.pid}, {"$max": {"applied_upto": self.applied_upto,
+                                                 "flushed_at": min(durable, started)}}))
             await self._release_idle(release_all)
             return not self.journal.spill.empty
 
@@ -390,7 +399,9 @@ class Leases:
 
     async def reclaim_stale(self) -> int:
         """Reclaim processes whose heartbeat stopped; GC old tombstones."""
-        cutoff = time.time() - self.stale_after
+        # Declared dead at 3/4 of the threshold: with a heartbeat and a check
+        # every 1/12 of it, a dead process's leases are back within it.
+        cutoff = time.time() - self.stale_after * 3 / 4
         dead = [d["_id"] async for d in self.store.db.processes.find(
             {"dead": False, "heartbeat": {"$lt": cutoff}}, {"_id": 1})]
         returned = 0
