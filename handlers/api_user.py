@@ -208,7 +208,7 @@ async def paged(handler: ApiHandler, coll, flt: dict, view, sort: str = "_id") -
     """One page of documents, newest first by `sort` (descending)."""
     p, size = page_args(handler)
     total = await coll.count_documents(flt)
-    docs = await coll.find(flt).sort(sort, -1).skip((p - 1) * size).limit(size).to_list(size)
+    docs = await handler.store.page(coll, flt, sort, -1, (p - 1) * size, size)
     return {"items": [view(d) for d in docs], "total": total, "page": p, "page_size": size}
 
 

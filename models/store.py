@@ -14,10 +14,11 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReturnDocument
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
+from models.compat import Quirks, find_page, probe, sort_by_id
 from models.embedded import EmbeddedMongo
 
 __all__ = ["Store", "DuplicateKeyError", "PyMongoError", "ReturnDocument", "ASCENDING", "DESCENDING",
-           "insert_records", "all_of", "DUPLICATE_KEY"]
+           "insert_records", "all_of", "DUPLICATE_KEY", "sort_by_id"]
 
 # Matched by code, never by text: nx-27017 says "UNIQUE constraint failed"
 # where MongoDB says "E11000 duplicate key error".
@@ -54,6 +55,7 @@ class Store:
         self.embedded: EmbeddedMongo | None = None
         self.client: AsyncMongoClient | None = None
         self.db: Any = None
+        self.quirks = Quirks()
 
     async def start(self) -> None:
         url = self.mongo_url
@@ -65,12 +67,19 @@ class Store:
                                        maxPoolSize=64)
         self.db = self.client[self.db_name]
         await self.db.command("ping")
+        self.quirks = await probe(self.db)
         await self.ensure_indexes()
 
     async def ensure_indexes(self) -> None:
         for coll, specs in INDEXES.items():
             for keys, opts in specs:
                 await self.db[coll].create_index(keys, **opts)
+
+    async def page(self, coll, flt: dict, sort: str = "_id", direction: int = -1, skip: int = 0,
+                   limit: int = 20) -> list[dict]:
+        """One page of a listing in `sort` order, right on every server
+        (models/compat.py: integer _ids sort as text on nx-27017)."""
+        return await find_page(coll, flt, sort, direction, skip, limit, self.quirks)
 
     async def next_id(self, name: str) -> int:
         doc = await self.db.counters.find_one_and_update(

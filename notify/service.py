@@ -195,8 +195,7 @@ class Notifier:
         coll = self.store.db.announcements
         flt = {} if marketing else {"kind": "announcement"}
         total = await coll.count_documents(flt)
-        docs = await coll.find(flt).sort("_id", -1).skip((page - 1) * size).limit(size) \
-            .to_list(size)
+        docs = await self.store.page(coll, flt, "_id", -1, (page - 1) * size, size)
         return {"items": [announcement_view(d) for d in docs], "total": total, "page": page,
                 "page_size": size}
 

@@ -17,4 +17,7 @@ fi
 python3 -m pip install -q --disable-pip-version-check -r requirements-test.txt
 # The coding-agent CLIs and Node SDKs the end-to-end tests drive (tests/clients).
 npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
+# Store fidelity (issue 9): the suite below runs it against the embedded
+# default; here it runs against SecantusDB too, as a separate process.
+python3 -m tests.fidelity_on secantus
 exec python3 -m pytest "$@"
