@@ -29,7 +29,8 @@ def user_view(handler: ApiHandler, doc: dict) -> dict:
             "display_name": doc.get("display_name", ""), "role": doc.get("role", ROLE_USER),
             "status": doc.get("status", USER_ENABLED), "group": doc.get("group", "default"),
             "quota": remaining, "used_quota": used, "created_time": doc.get("created_time", 0),
-            "marketing_opt_in": bool(doc.get("marketing_opt_in"))}
+            "marketing_opt_in": bool(doc.get("marketing_opt_in")),
+            "credit_limit": int(doc.get("credit_limit") or 0)}
 
 
 async def registration_open(handler: ApiHandler) -> bool:
@@ -253,6 +254,12 @@ class UsersHandler(ApiHandler):
             if body["status"] not in (USER_ENABLED, USER_DISABLED):
                 raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
             update["status"] = body["status"]
+        if "credit_limit" in body:
+            # How far below zero the account may go (quota units; 0: not at all).
+            limit = _int(body["credit_limit"], "credit_limit")
+            if limit < 0:
+                raise ApiError(400, "credit_limit is a number of quota units, 0 or more.")
+            update["credit_limit"] = limit
         if body.get("password"):
             problem = password_problem(str(body["password"]))
             if problem:
