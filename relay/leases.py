@@ -16,7 +16,8 @@ exists only as a usage record; the balances are made from records,
 idempotently.  Settling a call does, without an await in between: take the
 cost from the in-memory lease and put the record (with its process id P and
 a dense sequence number n) in the journal (relay/journal.py).  Each flush
-tick then, in this order and whatever the load:
+tick (every half `usage_flush_interval`) then, in this order and whatever
+the load:
 
   1. inserts one bounded batch of the oldest records (insert_many; a record
      already there is a duplicate by _id, code 11000, and harmless);
@@ -27,8 +28,11 @@ tick then, in this order and whatever the load:
      so a batch applied twice changes nothing (a key that is not limited
      only counts used_quota; a record whose lease is gone, see below, is
      paid from `quota`);
-  3. moves records still in memory from before this tick to the spill file;
-  4. returns idle leases, and notes `applied_upto` in the process document.
+  3. returns idle leases, and notes `applied_upto` and `flushed_at` in the
+     process document;
+and a guard, every eighth of the interval, moves any record older than one
+interval from memory to the spill file, so a slow or absent database cannot
+keep a record in memory longer than 1.125 intervals.
 
 Nothing on the request path waits for any of it.
 
@@ -40,9 +44,9 @@ it reads the dead process's records after its `applied_upto`, applies the
 dense run of sequence numbers (a gap means a record still on its way from a
 spill file), returns the rest of every lease, and leaves a tombstone
 `{dead: true, applied_upto}` so that a late replay applies nothing twice.
-So the loss window is the calls of the last flush interval (plus the tick
-in progress), their charge and their record together, never one without
-the other.  A process is dead when its data directory's next owner says so
+So the loss window is the calls of the last flush interval (at most 1.125
+of it), their charge and their record together, never one without the
+other.  A process is dead when its data directory's next owner says so
 (at once), or when its heartbeat is older than `lease_stale_after`.
 
 A process cut off from a shared database stops taking billable calls once
@@ -61,20 +65,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from models.store import PyMongoError, all_of, insert_records
 from relay.errors import RelayError
 from relay.journal import Journal
+from relay.processes import Processes
 
 log = logging.getLogger("relay.billing")
 
 USER, TOKEN = "user", "token"
 COLLECTIONS = {USER: "users", TOKEN: "tokens"}
-# A tombstone (and the applied.<P> markers it vouches for) is kept this long
-# for a late spill replay of a dead process.
-TOMBSTONE_DAYS = 7
 
 
 class QuotaExhausted(RelayError):
@@ -98,6 +99,7 @@ class _Balance:
     held: int = 0        # leased and not spent (may go negative after a fence)
     reserved: int = 0    # part of `held` promised to calls in flight
     spent: int = 0       # spent by records not yet applied in the database
+    applied_seq: int = 0  # our last record whose spend left `spent`
     credit: int = 0      # how far below zero the stored quota may go (accounts)
     store_quota: int = 0  # `quota` as last read from the store
     other_leases: int = 0
@@ -118,14 +120,17 @@ def subjects_of(record: dict) -> list[tuple[str, int, bool]]:
     return out
 
 
-class Leases:
+class Leases(Processes):
     """Balances this process holds, and the flusher that makes charges durable."""
+
+    collections = COLLECTIONS
 
     def __init__(self, store, process_id: str, lease_chunk: int, flush_interval: float,
                  idle_release: float, journal: Journal, stale_after: float = 60.0,
                  db_timeout: float = 5.0):
         self.store = store
         self.pid = process_id
+        self.own_ids = {process_id}   # a fenced process has had more than one
         self.chunk = lease_chunk
         self.flush_interval = flush_interval
         self.idle_release = idle_release
@@ -229,7 +234,7 @@ class Leases:
 
     async def _guard_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.flush_interval / 4)
+            await asyncio.sleep(self.flush_interval / 8)
             try:
                 self.journal.guard(self.flush_interval)
             except OSError as exc:
@@ -239,6 +244,7 @@ class Leases:
         last_beat = time.monotonic()
         while True:
             busy = False
+            started = time.monotonic()
             try:
                 busy = await self.flush()
                 if time.monotonic() - last_beat > self.stale_after / 12:
@@ -251,8 +257,11 @@ class Leases:
                 raise
             except Exception as exc:
                 log.warning("billing flush: %s; will retry", exc or type(exc).__name__)
-            # A backlog (spill file) drains a batch per tick without waiting.
-            await asyncio.sleep(0 if busy else self.flush_interval)
+            # Ticks start every half interval, so a record is normally taken
+            # well before the guard (at one interval) would move it to the
+            # spill file; a backlog drains a batch per tick without waiting.
+            await asyncio.sleep(0 if busy else
+                                max(self.flush_interval / 2 - (time.monotonic() - started), 0))
 
     async def _db(self, aw):
         return await asyncio.wait_for(aw, self.db_timeout)
@@ -275,11 +284,6 @@ class Leases:
                 self.journal.failed()
                 raise
             mine = [r for r in batch if r["proc"] == self.pid]
-            for r in mine:
-                for kind, ident, _ in subjects_of(r):
-                    b = self._bal.get((kind, ident))
-                    if b is not None:
-                        b.spent -= int(r.get("quota") or 0)
             if mine:
                 self.applied_upto = max(self.applied_upto, max(r["seq"] for r in mine))
             if batch:
@@ -302,6 +306,12 @@ class Leases:
                     (int(r["seq"]), int(r.get("quota") or 0)))
         for (proc, kind, ident, leased), items in groups.items():
             await self._apply_one(proc, kind, ident, leased, items)
+            b = self._bal.get((kind, ident)) if proc in self.own_ids else None
+            if b is not None:
+                # At once, so a balance read meanwhile never counts it twice;
+                # by sequence, so a batch applied again is not taken off twice.
+                b.spent -= sum(q for s, q in items if s > b.applied_seq)
+                b.applied_seq = max([b.applied_seq] + [s for s, _ in items])
 
     async def _apply_one(self, proc: str, kind: str, ident: int, leased: bool,
                          items: list[tuple[int, int]]) -> int:
@@ -367,102 +377,3 @@ class Leases:
             b.held -= give
             if doc is not None:
                 self._absorb(b, doc)
-
-    # ---- processes: heartbeat, fencing, reclaim -------------------------------
-    async def register(self) -> None:
-        await self.store.db.processes.update_one(
-            {"_id": self.pid}, {"$set": {"heartbeat": time.time(), "dead": False,
-                                         "applied_upto": self.applied_upto}}, upsert=True)
-        self._last_heartbeat = time.monotonic()
-
-    async def heartbeat(self) -> None:
-        r = await self.store.db.processes.update_one(
-            {"_id": self.pid, "dead": False}, {"$set": {"heartbeat": time.time()}})
-        if r.matched_count == 0:
-            await self._fence()
-        self._last_heartbeat = time.monotonic()
-
-    async def _fence(self) -> None:
-        """We were declared dead (cut off too long) and our leases returned:
-        carry on under a new process id with no lease."""
-        old, self.pid = self.pid, f"{self.pid.split('~')[0]}~{uuid.uuid4().hex[:6]}"
-        log.error("this relay was declared dead by another (no heartbeat for %.0fs); "
-                  "continuing as %s", self.stale_after, self.pid)
-        for b in self._bal.values():
-            b.held = 0
-        # Our old records not yet in the database are paid from `quota`; if
-        # we die before they are, the next reclaim of the old id applies them.
-        await self.store.db.processes.update_one({"_id": old}, {"$set": {"dead": False,
-                                                                         "heartbeat": 0}})
-        self.applied_upto = 0
-        await self.register()
-
-    async def reclaim_stale(self) -> int:
-        """Reclaim processes whose heartbeat stopped; GC old tombstones."""
-        # Declared dead at 3/4 of the threshold: with a heartbeat and a check
-        # every 1/12 of it, a dead process's leases are back within it.
-        cutoff = time.time() - self.stale_after * 3 / 4
-        dead = [d["_id"] async for d in self.store.db.processes.find(
-            {"dead": False, "heartbeat": {"$lt": cutoff}}, {"_id": 1})]
-        returned = 0
-        for pid in dead:
-            if pid != self.pid:
-                returned += await self.reclaim(pid)
-        await self._forget_tombstones()
-        return returned
-
-    async def reclaim(self, pid: str, first_spilled: int | None = None) -> int:
-        """Apply what dead process `pid` wrote and return its leases.
-
-        A process without a document either never reached the database
-        (then its records came from a spill file, from `first_spilled` on)
-        or was forgotten long ago: then nothing is applied twice."""
-        state = await self.store.db.processes.find_one({"_id": pid})
-        if state is None and first_spilled is None:
-            return 0
-        upto = int((state or {}).get("applied_upto") or 0) if state else first_spilled - 1
-        records = await self.store.db.usage.find(
-            {"proc": pid, "seq": {"$gt": upto}}).sort("seq", 1).to_list(None)
-        dense = []
-        for r in records:
-            if int(r["seq"]) != upto + len(dense) + 1:
-                log.warning("records of %s after seq %d wait for the rest of a spill file",
-                            pid, upto + len(dense))
-                break
-            dense.append(r)
-        if dense:
-            await self._apply(dense)
-            upto = int(dense[-1]["seq"])
-        returned = 0
-        lease = f"leases.{pid}"
-        for coll in COLLECTIONS.values():
-            async for doc in self.store.db[coll].find({lease: {"$exists": True}}, {"leases": 1}):
-                for _ in range(5):
-                    amount = int((doc.get("leases") or {}).get(pid, 0))
-                    r = await self.store.db[coll].update_one(
-                        {"_id": doc["_id"], lease: amount},
-                        {"$inc": {"quota": amount}, "$unset": {lease: ""}})
-                    if r.matched_count:
-                        returned += amount
-                        break
-                    doc = await self.store.db[coll].find_one({"_id": doc["_id"]}, {"leases": 1})
-                    if doc is None or pid not in (doc.get("leases") or {}):
-                        break
-        await self.store.db.processes.update_one(
-            {"_id": pid}, {"$set": {"dead": True, "applied_upto": upto, "reclaimed_at": time.time()}},
-            upsert=True)
-        if returned or dense:
-            log.warning("reclaimed process %s: applied %d record(s), returned %d units",
-                        pid, len(dense), returned)
-        return returned
-
-    async def _forget_tombstones(self) -> None:
-        cutoff = time.time() - TOMBSTONE_DAYS * 86400
-        async for d in self.store.db.processes.find({"dead": True,
-                                                     "reclaimed_at": {"$lt": cutoff}}):
-            mark = f"applied.{d['_id']}"
-            for coll in COLLECTIONS.values():
-                async for doc in self.store.db[coll].find({mark: {"$exists": True}}, {"_id": 1}):
-                    await self.store.db[coll].update_one({"_id": doc["_id"]},
-                                                         {"$unset": {mark: ""}})
-            await self.store.db.processes.delete_one({"_id": d["_id"]})
