@@ -88,7 +88,6 @@ def run_one(name: str, records: int, batch: int, check_fidelity: bool = True) ->
         db.usage.create_index([("user_id", 1), ("created_at", -1)])
         db.usage.create_index([("created_at", -1)])
         db.usage.create_index([("token_id", 1)])
-        db.usage.create_index([("proc", 1), ("seq", 1)])
         pid, seq = "bench-" + uuid.uuid4().hex[:6], 0
         for i in range(1, 11):
             for coll in (db.users, db.tokens):

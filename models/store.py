@@ -37,9 +37,7 @@ INDEXES: dict[str, list[tuple[list, dict]]] = {
     "redemptions": [([("key", ASCENDING)], {"unique": True})],
     "usage": [([("user_id", ASCENDING), ("created_at", DESCENDING)], {}),
               ([("created_at", DESCENDING)], {}),
-              ([("token_id", ASCENDING)], {}),
-              # the reclaim pass reads a dead process's records by sequence
-              ([("proc", ASCENDING), ("seq", ASCENDING)], {})],
+              ([("token_id", ASCENDING)], {})],
     "processes": [([("dead", ASCENDING), ("heartbeat", ASCENDING)], {})],
     "invalidations": [([("ts", ASCENDING)], {})],
 }

@@ -255,18 +255,21 @@ class Billing(Leases):
         data directory) at once, and register this process."""
         spill = self.journal.spill
         first_spilled: dict[str, int] = {}
+        since: dict[str, float] = {}
         while not spill.empty:
             batch, offset = spill.read(self.journal.batch)
             await insert_records(self.store.db.usage, batch)
             for r in batch:
                 if r.get("proc"):
                     first_spilled[r["proc"]] = min(first_spilled.get(r["proc"], r["seq"]), r["seq"])
+                    at = float(r.get("created_at") or 0)
+                    since[r["proc"]] = min(since.get(r["proc"], at), at)
             spill.advance(offset)
             if batch:
                 log.warning("replayed %d usage record(s) from %s", len(batch), spill.path)
         await self.register()
         for pid in sorted((set(previous) | set(first_spilled)) - {self.pid, ""}):
-            await self.reclaim(pid, first_spilled.get(pid))
+            await self.reclaim(pid, first_spilled.get(pid), since.get(pid))
         await self.reclaim_stale()
 
     async def stop(self, timeout: float = 10.0) -> None:

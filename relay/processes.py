@@ -66,7 +66,8 @@ class Processes:
         await self._forget_tombstones()
         return returned
 
-    async def reclaim(self, pid: str, first_spilled: int | None = None) -> int:
+    async def reclaim(self, pid: str, first_spilled: int | None = None,
+                      spilled_since: float | None = None) -> int:
         """Apply what dead process `pid` wrote and return its leases.
 
         A process without a document either never reached the database
@@ -76,8 +77,16 @@ class Processes:
         if state is None and first_spilled is None:
             return 0
         upto = int((state or {}).get("applied_upto") or 0) if state else first_spilled - 1
-        records = await self.store.db.usage.find(
-            {"proc": pid, "seq": {"$gt": upto}}).sort("seq", 1).to_list(None)
+        # By creation time (an index the log has anyway; one on (proc, seq)
+        # would slow every insert for a pass that runs when a relay dies):
+        # records after the last applied one were made after it, or are in
+        # a spill file replayed just now.
+        since = float((state or {}).get("applied_created") or 0) - 60
+        if spilled_since is not None:
+            since = min(since, spilled_since - 60)
+        records = [r async for r in self.store.db.usage.find(
+            {"proc": pid, "created_at": {"$gte": since}}) if int(r.get("seq") or 0) > upto]
+        records.sort(key=lambda r: int(r["seq"]))
         dense = []
         for r in records:
             if int(r["seq"]) != upto + len(dense) + 1:

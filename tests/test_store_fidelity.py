@@ -265,12 +265,15 @@ def test_apply_marker_update_and_unset(db):
     """The shapes of relay/leases.py: apply once per marker, return a lease."""
     async def body(db):
         await db.u.insert_one({"_id": 1, "quota": 0, "used_quota": 0, "leases": {"p": 100}})
-        flt = all_of({"_id": 1}, {"$or": [{"applied.p": {"$exists": False}},
-                                          {"applied.p": {"$lt": 1}}]},
-                     {"leases.p": {"$exists": True}})
         upd = {"$inc": {"leases.p": -30, "used_quota": 30}, "$set": {"applied.p": 3}}
-        assert (await db.u.update_one(flt, upd)).matched_count == 1
-        assert (await db.u.update_one(flt, upd)).matched_count == 0
+        first = {"_id": 1, "applied.p": {"$exists": False}, "leases.p": {"$exists": True}}
+        later = {"_id": 1, "applied.p": {"$lt": 1}, "leases.p": {"$exists": True}}
+        assert (await db.u.update_one(later, upd)).matched_count == 0
+        assert (await db.u.update_one(first, upd)).matched_count == 1
+        assert (await db.u.update_one(first, upd)).matched_count == 0
+        assert (await db.u.update_one(later, upd)).matched_count == 0
+        gone = {"_id": 1, "applied.p": {"$lt": 4}, "leases.p": {"$exists": False}}
+        assert (await db.u.update_one(gone, upd)).matched_count == 0
         assert (await db.u.update_one(all_of({"_id": 1}, {"applied.p": 3}),
                                       {"$set": {"applied.p": 4}})).matched_count == 1
         r = await db.u.update_one({"_id": 1, "leases.p": 70},
@@ -435,13 +438,14 @@ def test_group_sums_as_the_log_totals_use_them(db):
     case(db, body)
 
 
-def test_records_of_a_process_by_sequence(db):
-    """The reclaim pass: a dead process's records after a sequence, in order."""
+def test_records_of_a_process_since_a_time(db):
+    """The reclaim pass: a dead process's records made since a time."""
     async def body(db):
-        await db.usage.create_index([("proc", 1), ("seq", 1)])
-        await db.usage.insert_many([{"_id": f"{p}{s}", "proc": p, "seq": s}
+        await db.usage.create_index([("created_at", -1)])
+        await db.usage.insert_many([{"_id": f"{p}{s}", "proc": p, "seq": s, "created_at": 100.0 + s}
                                     for p in ("a", "b") for s in (12, 3, 10, 2, 11)])
-        got = [d["seq"] async for d in db.usage.find({"proc": "a", "seq": {"$gt": 3}}).sort("seq", 1)]
+        got = sorted([d["seq"] async for d in db.usage.find(
+            {"proc": "a", "created_at": {"$gte": 110.0}})])
         assert got == [10, 11, 12]
     case(db, body)
 
