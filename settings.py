@@ -43,9 +43,11 @@ class Settings:
     retries: int = 2
     # Cost reserved for a chat call that names no max_tokens.
     default_max_tokens: int = 4096
-    # Seconds between billing flushes: usage records and the balances made
-    # from them.  Also the loss window on kill -9 (README, "Money").
-    usage_flush_interval: float = 0.25
+    # Seconds within which a charged call's usage record (and so its charge)
+    # is durable: in the database, or in the spill file when the database
+    # is slow or away.  The loss window on kill -9 (README, "Money"); the
+    # flusher writes four times per interval.
+    usage_flush_interval: float = 0.5
     # Seconds without a heartbeat after which a relay is taken for dead and
     # its quota leases go back (other relays sharing the database do it).
     lease_stale_after: float = 60.0

@@ -44,7 +44,7 @@ class Billing(Leases):
     """Reserve, settle, refund, credit and reverse: every movement of money."""
 
     def __init__(self, store, bus=None, process_id: str = "p", lease_chunk: int = 2_000_000,
-                 flush_interval: float = 0.25, idle_release: float = 10.0,
+                 flush_interval: float = 0.5, idle_release: float = 10.0,
                  data_dir: str = "./data", spill_max_mb: int = 256, batch: int = 1000,
                  stale_after: float = 60.0):
         journal = Journal(data_dir, spill_max_mb * 1024 * 1024, batch)

@@ -16,8 +16,8 @@ exists only as a usage record; the balances are made from records,
 idempotently.  Settling a call does, without an await in between: take the
 cost from the in-memory lease and put the record (with its process id P and
 a dense sequence number n) in the journal (relay/journal.py).  Each flush
-tick (every half `usage_flush_interval`) then, in this order and whatever
-the load:
+tick (every quarter of `usage_flush_interval`) then, in this order and
+whatever the load:
 
   1. inserts one bounded batch of the oldest records (insert_many; a record
      already there is a duplicate by _id, code 11000, and harmless);
@@ -258,11 +258,12 @@ class Leases(Processes):
                 raise
             except Exception as exc:
                 log.warning("billing flush: %s; will retry", exc or type(exc).__name__)
-            # Ticks start every half interval, so a record is normally taken
-            # well before the guard (at one interval) would move it to the
-            # spill file; a backlog drains a batch per tick without waiting.
+            # Ticks start every quarter interval, so a record is normally
+            # stored long before the guard (at one interval) would move it to
+            # the spill file, even with a database slowed by load; a backlog
+            # drains a batch per tick without waiting.
             await asyncio.sleep(0 if busy else
-                                max(self.flush_interval / 2 - (time.monotonic() - started), 0))
+                                max(self.flush_interval / 4 - (time.monotonic() - started), 0))
 
     async def _db(self, aw):
         return await asyncio.wait_for(aw, self.db_timeout)

@@ -39,7 +39,7 @@ def carol(relay, admin, upstream):
                           json={"model": model, "messages": [{"role": "user", "content": "x"}]},
                           timeout=60)
         assert r.status_code == 200, r.text
-    time.sleep(1.0)  # usage records are flushed every 0.25 s
+    time.sleep(1.0)  # usage records are flushed every 0.125 s
     return {"api": api, "key": key}
 
 
