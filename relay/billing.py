@@ -73,7 +73,10 @@ class Billing(Leases):
         for _ in range(8):
             for b in subjects:
                 if b.available < amount:
-                    await self._lease(b, amount)
+                    try:
+                        await self._db(self._lease(b, amount))
+                    except (PyMongoError, asyncio.TimeoutError):
+                        raise BillingUnavailable("the database did not answer") from None
             # No await from here on: the check and the subtraction are atomic.
             if all(b.available >= amount for b in subjects):
                 for b in subjects:
@@ -109,7 +112,7 @@ class Billing(Leases):
             for b in limited:
                 if b.available < cost:
                     try:
-                        await self._lease(b, cost)
+                        await self._db(self._lease(b, cost))
                     except (QuotaExhausted, RelayError, PyMongoError, asyncio.TimeoutError):
                         pass
             charged = max(min([cost] + [b.available for b in limited]), 0)
@@ -295,12 +298,10 @@ class Billing(Leases):
                     break
             await asyncio.wait_for(self.flush(release_all=True),
                                    max(deadline - time.monotonic(), 0.1))
-            # A tombstone, not a deletion: it says what is applied, so a
-            # later reclaim of this id (the next start) applies nothing twice.
-            await asyncio.wait_for(self.store.db.processes.update_one(
-                {"_id": self.pid}, {"$set": {"dead": True, "applied_upto": self.applied_upto,
-                                             "reclaimed_at": time.time()}}),
-                max(deadline - time.monotonic(), 0.1))
+            # Reclaim ourselves: returns any lease a lost reply left behind
+            # and leaves a tombstone, not a deletion, that says what is
+            # applied, so a later reclaim of this id applies nothing twice.
+            await asyncio.wait_for(self.reclaim(self.pid), max(deadline - time.monotonic(), 0.1))
         except (asyncio.TimeoutError, PyMongoError, OSError) as exc:
             left = self.journal.pending
             if self.journal.drain_all():
