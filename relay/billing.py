@@ -280,14 +280,14 @@ class Billing(Leases):
 
         Bounded by `timeout`: with the database gone, what is not written
         goes to the spill file and the leases stay for the next start."""
-        for task in (self._flusher, self._guard):
+        for task in (self._flusher, self._guard, self._beat):
             if task is not None:
                 task.cancel()
                 try:
                     await task
                 except (asyncio.CancelledError, Exception):
                     pass
-        self._flusher = self._guard = None
+        self._flusher = self._guard = self._beat = None
         for res in list(self._open.values()):
             await self.refund(res)
         deadline = time.monotonic() + timeout

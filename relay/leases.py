@@ -143,6 +143,7 @@ class Leases(Processes):
         self._bal: dict[tuple[str, int], _Balance] = {}
         self._flusher: asyncio.Task | None = None
         self._guard: asyncio.Task | None = None
+        self._beat: asyncio.Task | None = None
         self._flush_lock = asyncio.Lock()
         self._last_heartbeat = time.monotonic()
         self.after_flush = []  # async callables run after each tick (accessed times, pruning)
@@ -232,6 +233,7 @@ class Leases(Processes):
             loop = asyncio.get_running_loop()
             self._flusher = loop.create_task(self._flush_loop())
             self._guard = loop.create_task(self._guard_loop())
+            self._beat = loop.create_task(self._beat_loop())
 
     async def _guard_loop(self) -> None:
         while True:
@@ -241,17 +243,25 @@ class Leases(Processes):
             except OSError as exc:
                 log.error("cannot write the spill file: %s", exc)
 
+    async def _beat_loop(self) -> None:
+        """Heartbeat and reclaim on their own timer: a slow flush must not
+        make this process look dead, nor stop it taking calls."""
+        while True:
+            await asyncio.sleep(self.stale_after / 12)
+            try:
+                await self._db(self.heartbeat())
+                await self._db(self.reclaim_stale())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("billing heartbeat: %s; will retry", exc or type(exc).__name__)
+
     async def _flush_loop(self) -> None:
-        last_beat = time.monotonic()
         while True:
             busy = False
             started = time.monotonic()
             try:
                 busy = await self.flush()
-                if time.monotonic() - last_beat > self.stale_after / 12:
-                    last_beat = time.monotonic()
-                    await self._db(self.heartbeat())
-                    await self._db(self.reclaim_stale())
                 for hook in self.after_flush:
                     await self._db(hook())
             except asyncio.CancelledError:

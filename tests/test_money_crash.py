@@ -72,13 +72,15 @@ def test_kill9_under_load_at_20_moments(tmp_path, fake):
 
 @pytest.mark.slow
 def test_three_relays_one_killed_leases_come_back(mongo_url, tmp_path, fake):
-    stale = 4.0
+    stale = 6.0
     args = ["--lease-stale-after", str(stale)]
     first = RelayProcess(mongo_url, str(tmp_path / "r0"), args=args).start()
     relays = [first] + [RelayProcess(mongo_url, str(tmp_path / f"r{i}"), db_name=first.db_name,
                                      args=args).start() for i in (1, 2)]
     env = setup_tenant(first, fake)
     db = client(mongo_url)[first.db_name]
+    for r in relays:   # the others learn of the new channel within invalidation_poll
+        eventually(lambda: _served(r, env), timeout=10)
     loads = [Load(r.url, env["token"]["key"], threads=2).start() for r in relays]
     try:
         time.sleep(1.5)
@@ -102,7 +104,7 @@ def test_three_relays_one_killed_leases_come_back(mongo_url, tmp_path, fake):
             assert r.stop() == 0
     # with the survivors stopped cleanly, the books are exact
     assert_books(books(db, env), env)
-    assert all(not ld.other or set(ld.other) <= {500, 502} for ld in loads[1:])
+    assert not [s for ld in loads[1:] for s in ld.other], [ld.other for ld in loads]
 
 
 @pytest.mark.slow
@@ -125,6 +127,12 @@ def test_default_threshold_leases_back_within_60s(mongo_url, tmp_path, fake):
     finally:
         b.stop()
     assert_books(books(db, env), env)
+
+
+def _served(relay, env):
+    assert requests.post(relay.url + "/v1/chat/completions", json={
+        "model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {env['token']['key']}"}).status_code == 200
 
 
 def _has_lease(db, env, pid):
