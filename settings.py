@@ -58,8 +58,17 @@ class Settings:
     retries: int = 2
     # Output tokens reserved for a chat call that names no max_tokens.
     default_max_tokens: int = 4096
-    # Seconds between flushes of usage records and balance changes to the database.
-    usage_flush_interval: float = 0.25
+    # Seconds within which a charged call's usage record (and so its charge)
+    # is durable: in the database, or in the spill file when the database
+    # is slow or away.  The loss window on kill -9 (README, "Money"); the
+    # flusher writes four times per interval.
+    usage_flush_interval: float = 0.5
+    # Seconds without a heartbeat after which a relay is taken for dead and
+    # its quota leases go back (other relays sharing the database do it).
+    lease_stale_after: float = 60.0
+    # Bound of <data_dir>/spill.jsonl, where usage waits when the database
+    # cannot take it; at the bound billable calls are refused (503).
+    spill_max_mb: int = 256
     # Seconds that running calls may take to finish after SIGTERM.
     shutdown_grace: float = 30.0
     # Quota units a process leases from an account or key at once (see relay/leases.py).

@@ -33,6 +33,7 @@ def user_view(handler: ApiHandler, doc: dict) -> dict:
             "quota": remaining, "used_quota": used, "created_time": doc.get("created_time", 0),
             "marketing_opt_in": bool(doc.get("marketing_opt_in")),
             "must_change_password": bool(doc.get("must_change_password")),
+            "credit_limit": int(doc.get("credit_limit") or 0),
             **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS}}
 
 
@@ -223,7 +224,7 @@ async def paged(handler: ApiHandler, coll, flt: dict, view, sort: str = "_id") -
     """One page of documents, newest first by `sort` (descending)."""
     p, size = page_args(handler)
     total = await coll.count_documents(flt)
-    docs = await coll.find(flt).sort(sort, -1).skip((p - 1) * size).limit(size).to_list(size)
+    docs = await handler.store.page(coll, flt, sort, -1, (p - 1) * size, size)
     return {"items": [view(d) for d in docs], "total": total, "page": p, "page_size": size}
 
 
@@ -268,6 +269,12 @@ class UsersHandler(ApiHandler):
             if body["status"] not in (USER_ENABLED, USER_DISABLED):
                 raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
             update["status"] = body["status"]
+        if "credit_limit" in body:
+            # How far below zero the account may go (quota units; 0: not at all).
+            limit = _int(body["credit_limit"], "credit_limit")
+            if limit < 0:
+                raise ApiError(400, "credit_limit is a number of quota units, 0 or more.")
+            update["credit_limit"] = limit
         reset: dict = {}
         if body.get("password"):
             password = str(body["password"])

@@ -72,12 +72,15 @@ class User:
     status: int
     group: str
     limits: tuple = (0, 0, 0)  # rpm, tpm, concurrency (LIMIT_FIELDS); 0 = none
+    # Quota units the account may go below zero (an operator's choice; 0: none).
+    credit_limit: int = 0
 
     @classmethod
     def from_doc(cls, d: dict) -> "User":
         return cls(id=d["_id"], username=d.get("username", ""), email=d.get("email", ""),
                    role=int(d.get("role", ROLE_USER)), status=int(d.get("status", USER_ENABLED)),
-                   group=d.get("group") or "default", limits=limits_of(d))
+                   group=d.get("group") or "default", limits=limits_of(d),
+                   credit_limit=max(int(d.get("credit_limit") or 0), 0))
 
     @property
     def is_admin(self) -> bool:

@@ -89,6 +89,12 @@ class RelayProcess:
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
 
+    def billing_pid(self) -> str:
+        """The billing process id this relay wrote into its data directory's lock."""
+        import json
+        with open(os.path.join(self.data_dir, "relay.lock")) as fh:
+            return json.load(fh)["process_id"]
+
     def log(self) -> str:
         try:
             return open(self.log_path, errors="replace").read()
