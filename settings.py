@@ -64,7 +64,8 @@ class Settings:
     # flusher writes four times per interval.
     usage_flush_interval: float = 0.5
     # Seconds without a heartbeat after which a relay is taken for dead and
-    # its quota leases go back (other relays sharing the database do it).
+    # its quota leases and concurrency slots go back (other relays sharing
+    # the database do it).
     lease_stale_after: float = 60.0
     # Bound of <data_dir>/spill.jsonl, where usage waits when the database
     # cannot take it; at the bound billable calls are refused (503).

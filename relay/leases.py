@@ -147,6 +147,10 @@ class Leases(Processes):
         self._flush_lock = asyncio.Lock()
         self._last_heartbeat = time.monotonic()
         self.after_flush = []  # async callables run after each tick (accessed times, pruning)
+        # What else a process holds, given back when it is reclaimed (async
+        # callables given its id) or when this one is fenced (given old, new).
+        self.on_reclaim = []
+        self.on_fence = []
 
     # ---- in memory ----------------------------------------------------------
     def _get(self, kind: str, ident: int) -> _Balance:

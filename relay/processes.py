@@ -4,8 +4,11 @@ Each relay process has a document in `processes`: its heartbeat, how far
 its usage records are applied (`applied_upto`), and when the last flush
 completed (`flushed_at`).  A process whose heartbeat stopped is reclaimed by
 any other: the records it wrote are applied, its leases go back to `quota`,
-and its document becomes a tombstone (`dead: true`) kept TOMBSTONE_DAYS for
-a late spill replay.  relay/leases.py explains the whole design.
+whatever else it held comes back through `on_reclaim` (the concurrency
+slots of relay/limits.py), and its document becomes a tombstone
+(`dead: true`) kept TOMBSTONE_DAYS for a late spill replay.  This is the
+one notion of a live process: one heartbeat, one staleness rule.
+relay/leases.py explains the whole design.
 """
 from __future__ import annotations
 
@@ -45,6 +48,8 @@ class Processes:
                   "continuing as %s", self.stale_after, self.pid)
         for b in self._bal.values():
             b.held = 0
+        for hook in self.on_fence:
+            hook(old, self.pid)
         # Our old records not yet in the database are paid from `quota`; if
         # we die before they are, the next reclaim of the old id applies them.
         await self.store.db.processes.update_one({"_id": old}, {"$set": {"dead": False,
@@ -112,6 +117,8 @@ class Processes:
                     doc = await self.store.db[coll].find_one({"_id": doc["_id"]}, {"leases": 1})
                     if doc is None or pid not in (doc.get("leases") or {}):
                         break
+        for hook in self.on_reclaim:
+            await hook(pid)
         await self.store.db.processes.update_one(
             {"_id": pid}, {"$set": {"dead": True, "applied_upto": upto, "reclaimed_at": time.time()}},
             upsert=True)
