@@ -23,12 +23,22 @@ function query() {
   return q;
 }
 
+// Parts of a call's usage beyond text in and out (relay/pricing.py bills each).
+const PARTS = ['cached_tokens', 'cache_write_5m_tokens', 'cache_write_1h_tokens', 'reasoning_tokens',
+  'audio_input_tokens', 'audio_output_tokens', 'image_input_tokens', 'image_output_tokens', 'units'];
+
+function tokens(r) {
+  const inOut = `${r.prompt_tokens || 0} / ${r.completion_tokens || 0}`;
+  const parts = PARTS.filter((f) => r[f] > 0).map((f) => t(`usage.part.${f}`, { n: r[f].toLocaleString() }));
+  return parts.length ? [inOut, el('small', { class: 'parts' }, parts.join(' · '))] : inOut;
+}
+
 function row(r) {
   return el('tr', { dataset: { id: r.request_id } },
     el('td', {}, when(r.created_at)),
     el('td', { class: 'name' }, r.token_name || keyNames[r.token_id] || String(r.token_id ?? '')),
     el('td', { class: 'name' }, r.model || ''),
-    el('td', {}, `${r.prompt_tokens || 0} / ${r.completion_tokens || 0}`),
+    el('td', {}, tokens(r)),
     el('td', {}, r.unpaid > 0
       ? [credits(r.quota), ' ', el('span', { class: 'badge s2', title: t('usage.unpaid_hint', { cost: credits(r.cost) }) },
           t('usage.unpaid_badge', { unpaid: credits(r.unpaid) }))]
