@@ -36,6 +36,12 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 
     raise RuntimeError(f"{what} did not listen on {port} within {timeout}s")
 
 
+def children(pid: int) -> list[int]:
+    """Pids of the processes `pid` started (the relay's embedded database)."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
 class RelayProcess:
     """`python server.py` as a real child process."""
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 import requests
 
-from tests.helpers import ADMIN_PASSWORD, ROOT, Api, RelayProcess
+from tests.helpers import ADMIN_PASSWORD, ROOT, Api, RelayProcess, children
 
 NEW = "Tangerine-Harbor-71"
 NEWER = "Quiet-Lantern-Orbit-9"
@@ -154,14 +154,14 @@ def test_reset_admin_password_while_a_relay_runs_on_the_embedded_database(tmp_pa
     proc = RelayProcess("", data, db_name="relay").start()
     try:
         lock = open(os.path.join(data, "relay.lock")).read()
-        db_pids = _children(proc.proc.pid)
+        db_pids = children(proc.proc.pid)
         session, _ = login(proc.url, "root", ADMIN_PASSWORD)
         password = reset_cli("--data-dir", data, "--db-name", "relay")
         assert session.get(proc.url + "/api/user/self").status_code == 401
         s, data_ = login(proc.url, "root", password)
         assert data_["must_change_password"] is True
         # the relay, its database and its lock are as they were
-        assert _children(proc.proc.pid) == db_pids
+        assert children(proc.proc.pid) == db_pids
         assert open(os.path.join(data, "relay.lock")).read() == lock
         assert requests.get(proc.url + "/api/status").status_code == 200
     finally:
@@ -184,11 +184,6 @@ def test_reset_admin_password_refuses_while_the_relay_is_still_starting(tmp_path
     assert len(lines) == 1 and str(os.getpid()) in lines[0] and "4321" in lines[0], out.stderr
     assert "still starting" in lines[0] and "Traceback" not in out.stderr + out.stdout
     assert not os.path.exists(os.path.join(data, "db")), "a database was started"
-
-
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
 
 
 def test_reset_admin_password_with_a_database_url_while_a_relay_runs(fresh_relay, mongo_url):

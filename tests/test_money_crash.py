@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.helpers import ROOT, RelayProcess, eventually, free_port
+from tests.helpers import ROOT, RelayProcess, children, eventually, free_port
 from tests.money_env import Load, assert_books, books, client, database_of, setup_tenant
 
 
@@ -30,11 +30,6 @@ def fake():
     f = FakeOpenAI(record=False).start()
     yield f
     f.stop()
-
-
-def _children(pid):
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
 
 
 @pytest.mark.slow
@@ -150,7 +145,7 @@ def test_database_gone_under_load_then_sigterm_spills_and_next_start_applies(tmp
     env = setup_tenant(relay, fake)
     load = Load(relay.url, env["token"]["key"]).start()
     time.sleep(1.0)
-    for pid in _children(relay.proc.pid):
+    for pid in children(relay.proc.pid):
         os.kill(pid, signal.SIGKILL)          # the database dies under load
     time.sleep(1.5)
     relay.proc.send_signal(signal.SIGTERM)
@@ -190,7 +185,7 @@ def test_second_start_on_a_live_data_directory_refuses_and_touches_nothing(tmp_p
     relay = RelayProcess("", data).start()
     try:
         env = setup_tenant(relay, fake)
-        db_pids = _children(relay.proc.pid)
+        db_pids = children(relay.proc.pid)
         lock_before = open(os.path.join(data, "relay.lock")).read()
         r = _start(data, free_port())
         assert r.returncode == 1
@@ -199,7 +194,7 @@ def test_second_start_on_a_live_data_directory_refuses_and_touches_nothing(tmp_p
         assert str(relay.proc.pid) in lines[0] and str(relay.port) in lines[0], lines[0]
         assert "Traceback" not in r.stderr + r.stdout
         # the first relay and its database are untouched
-        assert _children(relay.proc.pid) == db_pids
+        assert children(relay.proc.pid) == db_pids
         assert open(os.path.join(data, "relay.lock")).read() == lock_before
         assert requests.post(relay.url + "/v1/chat/completions", json={
             "model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
