@@ -8,12 +8,14 @@ workers and the HTTP server, and stops them in order on SIGTERM/SIGINT.
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import importlib
 import logging
 import os
 import re
 import signal
+import socket
 import sys
 import time
 
@@ -23,6 +25,7 @@ from tornado.ioloop import PeriodicCallback
 
 import settings as settings_mod
 from handlers import proxies
+from models.datadir import DataDirBusy, DataDirLock
 from models.secrets import Vault, load_or_create_secret
 from models.responses import ResponseStore
 from models.seed import reset_root_password, seed
@@ -61,13 +64,29 @@ INSTALLERS = ["models.migrations", "notify.service", "relay.mj_tasks", "relay.li
 
 
 class RelayApplication(tornado.web.Application):
+    draining = False
+
     def find_handler(self, request, **kwargs):
+        if self.draining:
+            # Shutting down: a request on a kept-alive connection is turned
+            # away at once (and the connection closed), so the calls that are
+            # running can finish within shutdown_grace.
+            return self.get_handler_delegate(request, DrainingHandler)
         # Clients given a base URL with a trailing slash post to "//v1/...".
         if "//" in request.path:
             request.path = re.sub(r"/{2,}", "/", request.path)
         # The real client address and scheme, when a trusted proxy tells them.
         proxies.apply(request, self.settings["trusted_proxies"])
         return super().find_handler(request, **kwargs)
+
+
+class DrainingHandler(tornado.web.RequestHandler):
+    def prepare(self) -> None:
+        self.set_status(503)
+        self.set_header("Connection", "close")
+        self.set_header("Retry-After", "1")
+        self.finish({"error": {"message": "The server is restarting; try again.",
+                               "type": "service_unavailable", "code": "shutting_down"}})
 
 
 class RelayHTTPServer(HTTPServer):
@@ -135,10 +154,10 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
     secret = config.secret or load_or_create_secret(config.data_dir)
     vault = Vault(secret)
     catalog = Catalog(store, vault, ttl=config.cache_ttl, poll=config.invalidation_poll)
-    usage_log = UsageLog(store, bus, retention_days=config.usage_retention_days)
     billing = Billing(store, bus, process_id=catalog.process_id, lease_chunk=config.lease_chunk,
-                      flush_interval=config.usage_flush_interval)
-    billing.before_flush.append(usage_log.flush)
+                      flush_interval=config.usage_flush_interval, data_dir=config.data_dir,
+                      spill_max_mb=config.spill_max_mb, stale_after=config.lease_stale_after)
+    usage_log = UsageLog(store, bus, retention_days=config.usage_retention_days, billing=billing)
     scheduler = Scheduler(catalog, store)
     upstream = Upstream(connect_timeout=config.connect_timeout,
                         first_byte_timeout=config.first_byte_timeout,
@@ -168,32 +187,90 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
     return app
 
 
-async def start_workers(app: RelayApplication) -> None:
+async def start_workers(app: RelayApplication, previous_process: str = "") -> None:
     s = app.settings
     await s["catalog"].load()
     s["catalog"].start_polling()
-    await s["billing"].heartbeat()
-    await s["billing"].reclaim_stale()
+    await s["billing"].start_up([previous_process] if previous_process else [])
     s["billing"].start()
     for starter in s.get("on_start", []):
         await starter(app)
 
 
-async def stop_workers(app: RelayApplication, grace: float) -> None:
+async def stop_workers(app: RelayApplication, grace: float, budget: float = 8.0) -> None:
+    """Let calls finish (up to `grace`), then stop the workers within `budget`
+    seconds whatever the database does: what billing cannot write goes to
+    the spill file."""
     s = app.settings
     deadline = time.monotonic() + grace
     while s["service"].inflight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     if s["service"].inflight:
         log.warning("%d call(s) still running after %.0fs; cancelling", s["service"].inflight, grace)
+    deadline = time.monotonic() + budget
+
+    def left(share: float = 1.0) -> float:
+        return max((deadline - time.monotonic()) * share, 0.1)
     for stopper in s.get("on_stop", []):
-        await stopper(app)
-    await s["catalog"].stop_polling()
-    await s["billing"].stop()
+        try:
+            await asyncio.wait_for(stopper(app), left(0.25))
+        except (asyncio.TimeoutError, Exception) as exc:
+            log.warning("stopping %s: %s", getattr(stopper, "__qualname__", stopper),
+                        exc or type(exc).__name__)
+    try:
+        await asyncio.wait_for(s["catalog"].stop_polling(), left(0.25))
+    except (asyncio.TimeoutError, Exception):
+        pass
+    await s["billing"].stop(timeout=left())
     s["upstream"].close()
 
 
-async def serve(config) -> None:
+def fail(message: str) -> None:
+    """A start-up refusal: one line, exit status 1."""
+    print(f"relay: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+def bind_only(port: int, host: str) -> list[socket.socket]:
+    """Take the port now, listen later: a client that connects before the
+    relay is ready is refused, not left waiting on a half-started process."""
+    sockets = []
+    try:
+        for af, kind, proto, _, addr in sorted(set(socket.getaddrinfo(
+                host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE))):
+            sock = socket.socket(af, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if af == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.setblocking(False)
+            sock.bind(addr[:2] if af == socket.AF_INET else addr)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def claim(config) -> tuple[DataDirLock, list]:
+    """The data directory, then the port: refuse in one line if either is
+    taken, before anything is started or changed."""
+    lock = DataDirLock(config.data_dir)
+    try:
+        lock.acquire()
+    except DataDirBusy as exc:
+        fail(str(exc))
+    try:
+        sockets = bind_only(config.port, config.host)
+    except OSError as exc:
+        lock.release()
+        if exc.errno == errno.EADDRINUSE:
+            fail(f"port {config.port} on {config.host or '*'} is already in use")
+        fail(f"cannot listen on {config.host or '*'}:{config.port}: {exc.strerror or exc}")
+    return lock, sockets
+
+
+async def serve(config, lock: DataDirLock, sockets: list) -> None:
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if config.log_level.lower() != "debug":
@@ -210,7 +287,12 @@ async def serve(config) -> None:
               f"  Lost it? {_own_command()} --reset-admin-password\n", flush=True)
     bus = Bus()
     app = build_app(config, store, bus)
-    await start_workers(app)
+    previous = lock.previous.get("process_id", "")
+    # Until the predecessor is reclaimed, the lock keeps naming it.
+    lock.write(port=config.port, process_id=previous)
+    await start_workers(app, previous)
+    lock.write(port=config.port, process_id=app.settings["billing"].pid,
+               database=store.embedded.url if store.embedded else "", db_name=config.db_name)
     files = raise_open_file_limit()
     tune_gc()
     full_gc = PeriodicCallback(gc.collect, 300_000)  # what cycles rare paths leave
@@ -219,7 +301,9 @@ async def serve(config) -> None:
                              idle_connection_timeout=300)
     # A burst of new streams must not overflow the accept queue (the kernel
     # caps this at net.core.somaxconn).
-    server.listen(config.port, config.host, backlog=4096)
+    for sock in sockets:
+        sock.listen(4096)
+    server.add_sockets(sockets)
     log.info("open-file limit %s", files)
     log.info("relay listening on %s:%s (database: %s)", config.host, config.port,
              "embedded" if not config.mongo_url else "external")
@@ -227,15 +311,28 @@ async def serve(config) -> None:
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down: no new connections; draining calls")
     server.stop()
     full_gc.stop()
-    await stop_workers(app, config.shutdown_grace)
-    await server.close_all_connections()
+    app.draining = True
+    try:
+        # Calls get shutdown_grace; flushing, leases and the database get
+        # a bounded few seconds more, whatever state the database is in.
+        await asyncio.wait_for(stop_workers(app, config.shutdown_grace),
+                               config.shutdown_grace + 10)
+    except asyncio.TimeoutError:
+        app.settings["billing"].journal.drain_all()
+        log.error("shutdown did not finish in time; unwritten usage is in the spill file")
+    try:
+        await asyncio.wait_for(server.close_all_connections(), 2)
+    except asyncio.TimeoutError:
+        pass
     await store.close()
+    lock.release()
     log.info("stopped")
 
 
@@ -248,12 +345,35 @@ def _own_command() -> str:
 # Commands given as flags: each runs instead of the server and exits.
 ACTIONS = {"reset_admin_password":
            "Give the administrator root a new password, print it once and exit; root must "
-           "change it at the next sign-in (uses the same database settings as the server)."}
+           "change it at the next sign-in (uses the same database settings as the server; "
+           "works while a relay runs)."}
 
 
-async def reset_admin_password(config) -> None:
+def reset_admin_password(config) -> None:
+    """The --reset-admin-password action.  On the embedded database it takes
+    the data directory's lock like a relay (so no relay starts a second
+    database meanwhile); when a live relay holds it, the reset goes through
+    that relay's database, named in the lock, as it would with --mongo-url."""
+    url, db_name, lock = config.mongo_url, config.db_name, None
+    if not url:
+        lock = DataDirLock(config.data_dir)
+        try:
+            lock.acquire()
+        except DataDirBusy as exc:
+            lock = None
+            url, db_name = exc.holder.get("database", ""), exc.holder.get("db_name", db_name)
+            if not url:
+                fail(f"{exc}, which is still starting; try again in a moment")
+    try:
+        asyncio.run(_reset_admin_password(url, config.data_dir, db_name))
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+async def _reset_admin_password(url: str, data_dir: str, db_name: str) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    store = Store(config.mongo_url, config.data_dir, config.db_name)
+    store = Store(url, data_dir, db_name)
     await store.start()
     try:
         password = await reset_root_password(store)
@@ -268,14 +388,15 @@ async def reset_admin_password(config) -> None:
 def main(argv=None) -> None:
     config, actions = settings_mod.parse(sys.argv[1:] if argv is None else argv, actions=ACTIONS)
     if actions["reset_admin_password"]:
-        asyncio.run(reset_admin_password(config))
+        reset_admin_password(config)
         return
+    lock, sockets = claim(config)
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(config))
+    asyncio.run(serve(config, lock, sockets))
 
 
 if __name__ == "__main__":

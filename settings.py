@@ -67,8 +67,14 @@ class Settings:
     retries: int = 2
     # Output tokens reserved for a chat call that names no max_tokens.
     default_max_tokens: int = 4096
-    # Seconds between flushes of usage records and balance changes to the database.
-    usage_flush_interval: float = 0.25
+    # Seconds within which a charge and its usage record are durable (in the database or the
+    # spill file): the loss window on kill -9 (README, "Money").
+    usage_flush_interval: float = 0.5
+    # Seconds without a heartbeat after which a relay is taken for dead and its quota leases
+    # and concurrency slots go back (relays sharing a database must agree on it).
+    lease_stale_after: float = 60.0
+    # MB bound of <data_dir>/spill.jsonl, where usage waits for the database (then 503).
+    spill_max_mb: int = 256
     # Seconds that running calls may take to finish after SIGTERM.
     shutdown_grace: float = 30.0
     # Quota units a process leases from an account or key at once (see relay/leases.py).

@@ -97,7 +97,7 @@ def ledger(admin: Api, user_id: int) -> dict:
 
 
 def settled(admin: Api, user_id: int, timeout: float = 60.0) -> dict:
-    """The ledger once the billing flusher (every 0.25 s) has caught up:
+    """The ledger once the billing flusher (every 0.125 s) has caught up:
     two equal readings 0.5 s apart."""
     deadline = time.monotonic() + timeout
     last = ledger(admin, user_id)

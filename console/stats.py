@@ -70,19 +70,23 @@ def _is_number(text: str) -> bool:
         return False
 
 
-async def export_csv(store, flt: dict, columns: list[str], view):
+async def export_csv(store, flt: dict, columns: list[str], view, totals: tuple = ()):
     """Yield the CSV text of matching records in chunks, newest first.
 
     `view(doc)` turns a stored record into the dict the API shows; at most
-    MAX_EXPORT_ROWS rows are written.
+    MAX_EXPORT_ROWS rows are written.  With `totals`, a last row named
+    TOTAL sums those columns over the rows written.
     """
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(columns + ["time_utc"])
     cursor = store.db.usage.find(flt).sort("created_at", -1).limit(MAX_EXPORT_ROWS)
     n = 0
+    sums = {c: 0 for c in totals}
     async for doc in cursor:
         row = view(doc)
+        for c in totals:
+            sums[c] += int(row.get(c) or 0)
         ts = row.get("created_at") or 0
         w.writerow([_cell(row.get(c)) for c in columns]
                    + [datetime.fromtimestamp(float(ts), timezone.utc).strftime("%Y-%m-%d %H:%M:%S")])
@@ -91,4 +95,7 @@ async def export_csv(store, flt: dict, columns: list[str], view):
             yield buf.getvalue()
             buf.seek(0)
             buf.truncate()
+    if totals:
+        w.writerow([("TOTAL" if i == 0 else sums[c] if c in sums else "")
+                    for i, c in enumerate(columns)] + [""])
     yield buf.getvalue()

@@ -7,12 +7,22 @@ from relay.pricing import USAGE_FIELDS
 
 # Every usage component (relay/pricing.USAGE_FIELDS) is shown and exported.
 FIELDS = ("user_id", "username", "token_id", "token_name", "group", "model", "upstream_model",
-          "channel_id", "endpoint", *USAGE_FIELDS, "quota", "estimated", "duration_ms", "ttfb_ms",
-          "status", "stream", "client_ip", "billing_mode", "error", "created_at")
+          "channel_id", "endpoint", *USAGE_FIELDS, "cost", "quota", "unpaid", "estimated",
+          "duration_ms", "ttfb_ms", "status", "stream", "client_ip", "billing_mode", "error",
+          "created_at")
+
+
+# Summed in the totals and in the CSV export's last row.
+TOTALS = ("quota", "cost", "unpaid", "prompt_tokens", "completion_tokens")
 
 
 def log_view(d: dict, admin: bool) -> dict:
     out = {"request_id": d["_id"], **{f: d.get(f) for f in FIELDS}}
+    # `cost` (full price) and `unpaid` (what the balance could not cover):
+    # records from before they existed were charged in full.
+    if out["cost"] is None:
+        out["cost"] = out["quota"]
+    out["unpaid"] = out["unpaid"] or 0
     if not admin:
         out.pop("channel_id", None)
         out.pop("upstream_model", None)
@@ -45,14 +55,15 @@ def log_filter(handler: ApiHandler, own_only: bool) -> dict:
 
 
 async def totals(handler: ApiHandler, flt: dict) -> dict:
-    pipeline = [{"$match": flt}, {"$group": {
-        "_id": None, "quota": {"$sum": "$quota"}, "requests": {"$sum": 1},
-        "prompt_tokens": {"$sum": "$prompt_tokens"},
-        "completion_tokens": {"$sum": "$completion_tokens"}}}]
-    rows = await (await handler.store.db.usage.aggregate(pipeline)).to_list(1)
+    """Sums over every matching record: requests, charged quota, full cost,
+    unpaid shortfall and tokens."""
+    group: dict = {"_id": None, "requests": {"$sum": 1}}
+    group.update({k: {"$sum": f"${k}"} for k in TOTALS})
+    rows = await (await handler.store.db.usage.aggregate([{"$match": flt},
+                                                          {"$group": group}])).to_list(1)
     row = rows[0] if rows else {}
-    return {k: int(row.get(k) or 0) for k in ("quota", "requests", "prompt_tokens",
-                                              "completion_tokens")}
+    # `$sum` of a field no record has is null on nx-27017, 0 on MongoDB.
+    return {k: int(row.get(k) or 0) for k in ("requests",) + TOTALS}
 
 
 class SelfLogHandler(ApiHandler):

@@ -28,6 +28,7 @@ def user_view(handler: ApiHandler, doc: dict) -> dict:
             "marketing_opt_in": bool(doc.get("marketing_opt_in")),
             "must_change_password": bool(doc.get("must_change_password")),
             "usable_groups": doc.get("usable_groups"),
+            "credit_limit": int(doc.get("credit_limit") or 0),
             **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS}}
 
 
@@ -191,7 +192,7 @@ async def paged(handler: ApiHandler, coll, flt: dict, view, sort: str = "_id") -
     """One page of documents, newest first by `sort` (descending)."""
     p, size = page_args(handler)
     total = await coll.count_documents(flt)
-    docs = await coll.find(flt).sort(sort, -1).skip((p - 1) * size).limit(size).to_list(size)
+    docs = await handler.store.page(coll, flt, sort, -1, (p - 1) * size, size)
     return {"items": [view(d) for d in docs], "total": total, "page": p, "page_size": size}
 
 
@@ -245,6 +246,9 @@ class UsersHandler(ApiHandler):
             if body["status"] == USER_DISABLED:
                 _not_yourself(admin, target, "disable")
             update["status"] = body["status"]
+        if "credit_limit" in body:
+            # How far below zero the account may go (quota units; 0: not at all).
+            update["credit_limit"] = _int(body["credit_limit"], "credit_limit", 0, MAX_QUOTA)
         reset: dict = {}
         if body.get("password"):
             password = jsonin.text(body["password"], "password", 2000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from console import stats
 from console import status as console_status
-from handlers.api_log import FIELDS, log_filter, log_view
+from handlers.api_log import FIELDS, TOTALS, log_filter, log_view
 from handlers.base import ApiError, ApiHandler
 from handlers.console_ws import own_origins
 
@@ -64,7 +64,7 @@ class ExportHandler(ApiHandler):
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", 'attachment; filename="usage.csv"')
         async for text in stats.export_csv(self.store, flt, columns,
-                                           lambda d: log_view(d, admin)):
+                                           lambda d: log_view(d, admin), TOTALS):
             self.write(text)
             await self.flush()
         self.finish()

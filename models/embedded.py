@@ -8,7 +8,10 @@ Lifecycle guarantees:
   the relay exits for any reason, kill -9 included;
 - the data lives under <data_dir>/db and is reused by the next start;
 - a pid file left behind by a crash never blocks a start: a live orphan of
-  ours is stopped, anything else is treated as stale and removed.
+  ours is stopped, anything else is treated as stale and removed.  This
+  runs only while the relay holds the data directory's lock
+  (models/datadir.py), so a database found running there has lost its relay:
+  a second relay on the same directory is refused before it gets here.
 """
 from __future__ import annotations
 
@@ -49,6 +52,13 @@ def _cmdline(pid: int) -> str:
             return fh.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def secantus_command(storage: str, port: int) -> list[str]:
+    """SecantusDB as a separate process (GPL-2.0: run, never imported)."""
+    # Its console script may not be on PATH (a .venv not activated).
+    return [sys.executable, "-c", "from secantus.cli import main; main()", "--host", "127.0.0.1",
+            "--port", str(port), "--storage-path", storage, "--log-level", "WARNING"]
 
 
 class EmbeddedMongo:

@@ -93,6 +93,8 @@ class User:
     limits: tuple = (0, 0, 0)  # rpm, tpm, concurrency (LIMIT_FIELDS); 0 = none
     # None: the user group's list applies (see usable_groups()).
     usable_groups: tuple | None = None
+    # Quota units the account may go below zero (an operator's choice; 0: none).
+    credit_limit: int = 0
 
     @classmethod
     def from_doc(cls, d: dict) -> "User":
@@ -100,7 +102,8 @@ class User:
         return cls(id=d["_id"], username=d.get("username", ""), email=d.get("email", ""),
                    role=int(d.get("role", ROLE_USER)), status=int(d.get("status", USER_ENABLED)),
                    group=d.get("group") or "default", limits=limits_of(d),
-                   usable_groups=tuple(own) if isinstance(own, list) else None)
+                   usable_groups=tuple(own) if isinstance(own, list) else None,
+                   credit_limit=max(int(d.get("credit_limit") or 0), 0))
 
     @property
     def is_admin(self) -> bool:

@@ -6,16 +6,23 @@ against the embedded server and a real MongoDB replica set.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReturnDocument
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
+from models.compat import Quirks, find_page, probe, sort_by_id
 from models.embedded import EmbeddedMongo
 
-__all__ = ["Store", "DuplicateKeyError", "PyMongoError", "ReturnDocument", "ASCENDING", "DESCENDING"]
+__all__ = ["Store", "DuplicateKeyError", "PyMongoError", "ReturnDocument", "ASCENDING", "DESCENDING",
+           "insert_records", "all_of", "DUPLICATE_KEY", "sort_by_id"]
+
+# Matched by code, never by text: nx-27017 says "UNIQUE constraint failed"
+# where MongoDB says "E11000 duplicate key error".
+DUPLICATE_KEY = 11000
 
 log = logging.getLogger("relay.store")
 
@@ -32,6 +39,7 @@ INDEXES: dict[str, list[tuple[list, dict]]] = {
     "usage": [([("user_id", ASCENDING), ("created_at", DESCENDING)], {}),
               ([("created_at", DESCENDING)], {}),
               ([("token_id", ASCENDING)], {})],
+    "processes": [([("dead", ASCENDING), ("heartbeat", ASCENDING)], {})],
     "invalidations": [([("ts", ASCENDING)], {})],
 }
 
@@ -46,6 +54,7 @@ class Store:
         self.embedded: EmbeddedMongo | None = None
         self.client: AsyncMongoClient | None = None
         self.db: Any = None
+        self.quirks = Quirks()
 
     async def start(self) -> None:
         url = self.mongo_url
@@ -57,6 +66,7 @@ class Store:
                                        maxPoolSize=64)
         self.db = self.client[self.db_name]
         await self.db.command("ping")
+        self.quirks = await probe(self.db)
         await self.ensure_indexes()
 
     async def ensure_indexes(self) -> None:
@@ -64,19 +74,62 @@ class Store:
             for keys, opts in specs:
                 await self.db[coll].create_index(keys, **opts)
 
+    async def page(self, coll, flt: dict, sort: str = "_id", direction: int = -1, skip: int = 0,
+                   limit: int = 20) -> list[dict]:
+        """One page of a listing in `sort` order, right on every server
+        (models/compat.py: integer _ids sort as text on nx-27017)."""
+        return await find_page(coll, flt, sort, direction, skip, limit, self.quirks)
+
     async def next_id(self, name: str) -> int:
         doc = await self.db.counters.find_one_and_update(
             {"_id": name}, {"$inc": {"seq": 1}}, upsert=True,
             return_document=ReturnDocument.AFTER)
         return int(doc["seq"])
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 3.0) -> None:
         if self.client is not None:
-            await self.client.close()
+            try:
+                # Closing ends server sessions, which waits for a server that
+                # may be gone: bounded, so a stop never hangs on it.
+                await asyncio.wait_for(self.client.close(), timeout)
+            except asyncio.TimeoutError:
+                pass
             self.client = None
         if self.embedded is not None:
             self.embedded.stop()
             self.embedded = None
+
+
+def all_of(*conditions: dict) -> dict:
+    """A filter that holds when every condition holds.
+
+    nx-27017 deviation: a filter that puts `$or` beside other fields
+    ({_id: 4, $or: [...]}) can match a document outside `_id` (it loses the
+    grouping of the `$or`), so an update_one changes the wrong document.
+    Inside an explicit `$and` both servers get it right; a filter with one
+    condition stays as it is.
+    """
+    conds = [c for c in conditions if c]
+    return conds[0] if len(conds) == 1 else {"$and": conds}
+
+
+async def insert_records(coll, docs: list[dict]) -> int:
+    """insert_many that treats documents already there (same _id) as written.
+
+    Returns how many were new.  Any other error is raised: the caller keeps
+    the batch and tries again.
+    """
+    if not docs:
+        return 0
+    try:
+        r = await coll.insert_many([dict(d) for d in docs], ordered=False)
+        return len(r.inserted_ids)
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors") or []
+        if exc.details.get("writeConcernErrors") or any(
+                e.get("code") != DUPLICATE_KEY for e in errors):
+            raise
+        return int(exc.details.get("nInserted") or 0)
 
 
 def now() -> int:

@@ -23,7 +23,7 @@ import logging
 import time
 
 from models.records import QUOTA_PER_USD
-from models.store import DuplicateKeyError, PyMongoError, ReturnDocument
+from models.store import DuplicateKeyError, PyMongoError, ReturnDocument, sort_by_id
 
 log = logging.getLogger("relay.notify")
 
@@ -152,7 +152,7 @@ class Events:
         flt = {"event_types": {"$in": [etype]}, "enabled": True}
         if etype in WARNINGS:
             flt["user_id"] = p["user_id"]
-        subs = await self.db.notify_subscriptions.find(flt).sort("_id", 1).to_list(None)
+        subs = sort_by_id(await self.db.notify_subscriptions.find(flt).to_list(None))
         if etype == "marketing" and subs:
             ids = list({s["user_id"] for s in subs})
             opted = {u["_id"] async for u in self.db.users.find(

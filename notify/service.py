@@ -169,7 +169,7 @@ class Notifier:
         ids = [int(k) for k in key_ids if isinstance(k, int) and not isinstance(k, bool)]
         if ids:
             flt["_id"] = {"$in": ids}
-        docs = await self.store.db.tokens.find(flt).sort("_id", 1).limit(1).to_list(1)
+        docs = await self.store.page(self.store.db.tokens, flt, "_id", 1, 0, 1)
         return docs[0] if docs else None
 
     async def test_send(self, user: dict, sub: dict) -> dict:
@@ -225,8 +225,7 @@ class Notifier:
         coll = self.store.db.announcements
         flt = {} if marketing else {"kind": "announcement"}
         total = await coll.count_documents(flt)
-        docs = await coll.find(flt).sort("_id", -1).skip((page - 1) * size).limit(size) \
-            .to_list(size)
+        docs = await self.store.page(coll, flt, "_id", -1, (page - 1) * size, size)
         return {"items": [announcement_view(d) for d in docs], "total": total, "page": page,
                 "page_size": size}
 

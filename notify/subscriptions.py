@@ -17,7 +17,7 @@ import re
 import time
 
 from models.secrets import mask
-from models.store import now
+from models.store import now, sort_by_id
 from notify import channels, templates
 
 EVENT_TYPES = ("announcement", "marketing", "user_quota_warning", "key_quota_warning")
@@ -57,7 +57,7 @@ class Subscriptions:
         hit = self.cached(user_id)
         if hit is not None:
             return hit
-        docs = await self.coll.find({"user_id": user_id}).sort("_id", 1).to_list(1000)
+        docs = sort_by_id(await self.coll.find({"user_id": user_id}).to_list(1000))
         if len(self._by_user) > 50_000:
             self._by_user.clear()
         self._by_user[user_id] = (time.monotonic() + self.ttl, docs)
@@ -65,7 +65,7 @@ class Subscriptions:
 
     async def list(self, user_id: int) -> list[dict]:
         """The user's subscriptions from the database (not the cache), oldest first."""
-        return await self.coll.find({"user_id": user_id}).sort("_id", 1).to_list(1000)
+        return sort_by_id(await self.coll.find({"user_id": user_id}).to_list(1000))
 
     async def get(self, sub_id: int) -> dict | None:
         return await self.coll.find_one({"_id": sub_id})

@@ -1,22 +1,32 @@
 """The one object through which all money moves: reserve, settle, refund, credit.
 
-Balances are held as leases (relay/leases.py explains why and how they
-persist); this module is the money API on top of them.
+Balances are held as leases, and a charge is a usage record (relay/leases.py
+explains both and how they persist); this module is the money API on top.
 
 Idempotency.  reserve/settle/refund are keyed by request id: a second settle
 or refund of the same reservation does nothing.  `reverse` (refund after the
 fact, e.g. a failed Midjourney task) is made idempotent by a unique ledger id.
+
+Shortfall.  No balance goes below zero (or below an account's credit limit):
+a call whose real cost is above what is there is charged what is there, and
+its record says so: `cost` (the full price), `quota` (charged) and `unpaid`.
+`used_quota` is always the sum of the records' `quota`.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
-from models.store import DuplicateKeyError
-from relay.leases import COLLECTIONS, TOKEN, USER, Leases, QuotaExhausted
+from models.store import DuplicateKeyError, PyMongoError, insert_records
+from relay.errors import RelayError
+from relay.journal import Journal
+from relay.leases import COLLECTIONS, TOKEN, USER, BillingUnavailable, Leases, QuotaExhausted
 
-__all__ = ["Billing", "Reservation", "QuotaExhausted", "USER", "TOKEN"]
+log = logging.getLogger("relay.billing")
+
+__all__ = ["Billing", "Reservation", "QuotaExhausted", "BillingUnavailable", "USER", "TOKEN"]
 
 
 @dataclass
@@ -34,28 +44,39 @@ class Billing(Leases):
     """Reserve, settle, refund, credit and reverse: every movement of money."""
 
     def __init__(self, store, bus=None, process_id: str = "p", lease_chunk: int = 2_000_000,
-                 flush_interval: float = 0.25, idle_release: float = 10.0):
-        super().__init__(store, process_id, lease_chunk, flush_interval, idle_release)
+                 flush_interval: float = 0.5, idle_release: float = 10.0,
+                 data_dir: str = "./data", spill_max_mb: int = 256, batch: int = 1000,
+                 stale_after: float = 60.0):
+        journal = Journal(data_dir, spill_max_mb * 1024 * 1024, batch)
+        super().__init__(store, process_id, lease_chunk, flush_interval, idle_release, journal,
+                         stale_after)
         self.bus = bus
         self._open: dict[str, Reservation] = {}
+        self.on_record = []  # callables given each charged record (the live usage view)
 
     # ---- reserve / settle / refund ------------------------------------------
     async def reserve(self, request_id: str, user_id: int, token_id: int | None,
-                      token_limited: bool, amount: int) -> Reservation:
+                      token_limited: bool, amount: int, credit_limit: int = 0) -> Reservation:
         """Promise `amount` units from the account and (if limited) the key.
 
-        Raises QuotaExhausted naming the side that cannot pay.
+        Raises QuotaExhausted naming the side that cannot pay, and
+        BillingUnavailable when a charge could not be made durable.
         """
         if request_id in self._open:
             return self._open[request_id]
+        self.check_open()
         amount = max(int(amount), 0)
         subjects = [self._get(USER, user_id)]
+        subjects[0].credit = max(int(credit_limit), 0)
         if token_id is not None and token_limited:
             subjects.append(self._get(TOKEN, token_id))
         for _ in range(8):
             for b in subjects:
                 if b.available < amount:
-                    await self._lease(b, amount)
+                    try:
+                        await self._db(self._lease(b, amount))
+                    except (PyMongoError, asyncio.TimeoutError):
+                        raise BillingUnavailable("the database did not answer") from None
             # No await from here on: the check and the subtraction are atomic.
             if all(b.available >= amount for b in subjects):
                 for b in subjects:
@@ -65,15 +86,20 @@ class Billing(Leases):
                 return res
         raise QuotaExhausted(USER)
 
-    async def settle(self, res: Reservation, cost: int) -> int:
+    async def settle(self, res: Reservation, cost: int, record: dict | None = None) -> int:
         """Turn a reservation into a charge of `cost`; returns what was charged.
 
         A cost above the reservation is taken from the balance if it can be;
-        the charge is capped at what is there, never below zero.
+        the charge is capped at what is there.  `record` is the call's usage
+        record: it is given `cost`, `quota` (charged) and `unpaid`, and
+        becomes the charge itself (see relay/leases.py); without one (a
+        refund) nothing is charged.
         """
         if res.done:
             return res.charged
-        cost = max(int(cost), 0)
+        cost = max(int(cost), 0) if record is not None else 0
+        if record is not None:
+            record.setdefault("created_at", time.time())
         res.done = True
         self._open.pop(res.request_id, None)
         limited = [self._get(USER, res.user_id)]
@@ -81,26 +107,36 @@ class Billing(Leases):
             limited.append(self._get(TOKEN, res.token_id))
         for b in limited:
             b.reserved -= res.amount
+        charged = cost
         if cost > res.amount:
             for b in limited:
                 if b.available < cost:
                     try:
-                        await self._lease(b, cost)
-                    except QuotaExhausted:
+                        await self._db(self._lease(b, cost))
+                    except (QuotaExhausted, RelayError, PyMongoError, asyncio.TimeoutError):
                         pass
-            cost = min([cost] + [b.available for b in limited])
-            cost = max(cost, 0)
-        for b in limited:
-            b.held -= cost
-        everyone = list(limited)
-        if res.token_id is not None and not res.token_limited:
-            everyone.append(self._get(TOKEN, res.token_id))
-        for b in everyone:
-            b.spent += cost
-            b.dirty = True
-        res.charged = cost
+            charged = max(min([cost] + [b.available for b in limited]), 0)
+        # From here to the journal, no await: the spend and its record are one.
+        self._spend(res.user_id, res.token_id, res.token_limited, charged)
+        res.charged = charged
+        if record is not None:
+            record.update(cost=cost, quota=charged, unpaid=cost - charged,
+                          token_limited=bool(res.token_limited))
+            self.journal_record(record)
+            for hook in self.on_record:
+                hook(record)
         self._publish(res.user_id, res.token_id)
-        return cost
+        return charged
+
+    def _spend(self, user_id: int, token_id: int | None, token_limited: bool, amount: int) -> None:
+        """Move `amount` (negative: give back) from the leases to the unapplied spend."""
+        subjects = [self._get(USER, user_id)]
+        if token_id is not None:
+            subjects.append(self._get(TOKEN, token_id))
+        for b in subjects:
+            if b.kind == USER or token_limited:
+                b.held -= amount
+            b.spent += amount
 
     async def refund(self, res: Reservation) -> None:
         await self.settle(res, 0)
@@ -155,26 +191,31 @@ class Billing(Leases):
             self._publish(doc.get("user_id"), ident, token_doc=doc)
         return True
 
-    async def reverse(self, ledger_id: str, user_id: int, token_id: int | None,
-                      amount: int, reason: str) -> bool:
-        """Give back an earlier charge, once: returns False if already given."""
+    async def reverse(self, ledger_id: str, record: dict, reason: str) -> bool:
+        """Give back an earlier charge, once: returns False if already given.
+
+        `record` is the refund's usage record, with the negative `quota` to
+        give back; like a charge it reaches the balances through the journal.
+        """
+        amount = -int(record["quota"])
         try:
             await self.store.db.ledger.insert_one(
-                {"_id": ledger_id, "kind": "refund", "user_id": user_id, "token_id": token_id,
-                 "amount": amount, "reason": reason, "created_at": time.time()})
+                {"_id": ledger_id, "kind": "refund", "user_id": record["user_id"],
+                 "token_id": record.get("token_id"), "amount": amount, "reason": reason,
+                 "created_at": time.time()})
         except DuplicateKeyError:
             return False
-        docs = {}
-        for kind, ident in ((USER, user_id), (TOKEN, token_id)):
-            if ident is None:
-                continue
-            doc = docs[kind] = await self.store.db[COLLECTIONS[kind]].find_one_and_update(
-                {"_id": ident}, {"$inc": {"quota": amount, "used_quota": -amount}},
-                return_document=True)
-            b = self._bal.get((kind, ident))
-            if b is not None and doc is not None:
-                self._absorb(b, doc)
-        self._publish(user_id, token_id, docs.get(USER), docs.get(TOKEN))
+        limited = False
+        if record.get("token_id") is not None:
+            doc = await self.store.db.tokens.find_one({"_id": record["token_id"]},
+                                                      {"unlimited_quota": 1})
+            limited = bool(doc) and not doc.get("unlimited_quota")
+        self._spend(record["user_id"], record.get("token_id"), limited, -amount)
+        record.update(cost=-amount, unpaid=0, token_limited=limited)
+        self.journal_record(record)
+        for hook in self.on_record:
+            hook(record)
+        self._publish(record["user_id"], record.get("token_id"))
         return True
 
     async def set_remaining(self, kind: str, ident: int, target: int) -> None:
@@ -185,7 +226,7 @@ class Billing(Leases):
         """
         b = self._bal.get((kind, ident))
         if b is not None:
-            await self._write(b, release=True)
+            await self._release(b)
         remaining, _ = await self.balance(kind, ident)
         if target != remaining:
             await self.credit(kind, ident, target - remaining, "set by admin",
@@ -211,16 +252,62 @@ class Billing(Leases):
                                                    "remain_quota": tv[0], "used_quota": tv[1]})
 
     # ---- persistence --------------------------------------------------------
-    async def stop(self) -> None:
-        """Flush everything and give every lease back (graceful shutdown)."""
-        if self._flusher is not None:
-            self._flusher.cancel()
-            try:
-                await self._flusher
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._flusher = None
+    async def start_up(self, previous: list[str]) -> None:
+        """Before serving: put a dead predecessor's spill file into the
+        database, then reclaim the predecessors (known dead: we hold their
+        data directory) at once, and register this process."""
+        spill = self.journal.spill
+        first_spilled: dict[str, int] = {}
+        since: dict[str, float] = {}
+        while not spill.empty:
+            batch, offset = spill.read(self.journal.batch)
+            await insert_records(self.store.db.usage, batch)
+            for r in batch:
+                if r.get("proc"):
+                    first_spilled[r["proc"]] = min(first_spilled.get(r["proc"], r["seq"]), r["seq"])
+                    at = float(r.get("created_at") or 0)
+                    since[r["proc"]] = min(since.get(r["proc"], at), at)
+            spill.advance(offset)
+            if batch:
+                log.warning("replayed %d usage record(s) from %s", len(batch), spill.path)
+        await self.register()
+        for pid in sorted((set(previous) | set(first_spilled)) - {self.pid, ""}):
+            await self.reclaim(pid, first_spilled.get(pid), since.get(pid))
+        await self.reclaim_stale()
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Flush everything and give every lease back (graceful shutdown).
+
+        Bounded by `timeout`: with the database gone, what is not written
+        goes to the spill file and the leases stay for the next start."""
+        for task in (self._flusher, self._guard, self._beat):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+        self._flusher = self._guard = self._beat = None
         for res in list(self._open.values()):
             await self.refund(res)
-        await self.flush(release_all=True)
-        await self.store.db.processes.delete_one({"_id": self.pid})
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                busy = await asyncio.wait_for(self.flush(), max(deadline - time.monotonic(), 0.1))
+                if not busy and not self.journal.pending:
+                    break
+            await asyncio.wait_for(self.flush(release_all=True),
+                                   max(deadline - time.monotonic(), 0.1))
+            # Reclaim ourselves: returns any lease a lost reply left behind
+            # and leaves a tombstone, not a deletion, that says what is
+            # applied, so a later reclaim of this id applies nothing twice.
+            await asyncio.wait_for(self.reclaim(self.pid), max(deadline - time.monotonic(), 0.1))
+        except (asyncio.TimeoutError, PyMongoError, OSError) as exc:
+            left = self.journal.pending
+            if self.journal.drain_all():
+                log.error("database unavailable at shutdown (%s): %d usage record(s) written to "
+                          "%s; the next start applies them", str(exc) or type(exc).__name__, left,
+                          self.journal.spill.path)
+            else:
+                log.critical("database unavailable at shutdown and the spill file is full: "
+                             "%d usage record(s) lost", self.journal.pending)

@@ -20,6 +20,7 @@ import uuid
 from cachetools import LRUCache, TTLCache
 
 from models.records import Channel, Group, Price, Token, User
+from models.store import sort_by_id
 from relay import price_catalogue
 
 log = logging.getLogger("relay.catalog")
@@ -72,7 +73,7 @@ class Catalog:
 
     async def reload_channels(self) -> None:
         chans = []
-        async for d in self.store.db.channels.find({}).sort("_id", 1):
+        for d in sort_by_id(await self.store.db.channels.find({}).to_list(None)):
             chans.append(Channel(
                 id=d["_id"], name=d.get("name", ""), type=d.get("type", "openai"),
                 base_url=d.get("base_url", ""), key=self.vault.decrypt(d.get("key_enc", "")),

@@ -1,25 +1,64 @@
-"""How a process holds quota: leases, and their persistence.
+"""How a process holds quota, and how a charge becomes durable.
 
-Why leases.  The embedded database answers about a thousand operations a
+Leases.  The embedded database answers about a thousand operations a
 second; two documents (account and key) times reserve and settle would cap
 the relay far below its upstreams.  So each process leases quota from a
 balance in chunks, with one atomic conditional update:
 
-    {_id, quota >= take}  ->  $inc {quota: -take, leases.<process>: +take}
+    {_id, quota >= take - credit_limit} -> $inc {quota: -take, leases.<P>: +take}
 
 and reserves and settles against its lease in memory, where the event loop
-makes check-and-subtract atomic (no await between them).  Because a lease is
-only ever taken from what the database holds, no key or account goes below
-zero under any concurrency, in one process or many.
+makes check-and-subtract atomic (no await between them).  A balance shown
+to people is `quota + sum(leases)`.
 
-Persistence.  Every `flush_interval` a flusher writes each touched balance:
-`$set leases.<process>: held` and `$inc used_quota: spent`, together with the
-buffered usage records.  A balance shown to people is
-`quota + sum(leases)`, so it is right at any moment.  If a process dies, its
-lease as of the last flush goes back to `quota` once its heartbeat is stale;
-calls in the lost window lose both their charge and their usage record, so
-`used_quota` still equals the sum of the usage records.  On a clean stop every
-lease is returned.
+One writer for money: the usage record is the source of truth.  A charge
+exists only as a usage record; the balances are made from records,
+idempotently.  Settling a call does, without an await in between: take the
+cost from the in-memory lease and put the record (with its process id P and
+a dense sequence number n) in the journal (relay/journal.py).  Each flush
+tick (every quarter of `usage_flush_interval`) then, in this order and
+whatever the load:
+
+  1. inserts one bounded batch of the oldest records (insert_many; a record
+     already there is a duplicate by _id, code 11000, and harmless);
+  2. applies that batch to the balances, one conditional update per touched
+     document:
+         {_id, applied.<P> < first seq of the batch (or absent)}
+         -> $inc {leases.<P>: -spent, used_quota: +spent}, $set {applied.<P>: last seq}
+     so a batch applied twice changes nothing (a key that is not limited
+     only counts used_quota; a record whose lease is gone, see below, is
+     paid from `quota`);
+  3. returns idle leases, and notes `applied_upto` and `flushed_at` in the
+     process document;
+and a guard, every eighth of the interval, moves any record older than one
+interval from memory to the spill file, so a slow or absent database cannot
+keep a record in memory longer than 1.125 intervals.
+
+Nothing on the request path waits for any of it.
+
+A crash.  Records in memory die with the process, and so does their charge:
+the lease they were taken from is still whole in the database and goes back
+to `quota`.  Records in the database (or in the spill file, which the next
+start on the data directory puts there) are applied by the reclaim pass:
+it reads the dead process's records after its `applied_upto`, applies the
+dense run of sequence numbers (a gap means a record still on its way from a
+spill file), returns the rest of every lease, and leaves a tombstone
+`{dead: true, applied_upto}` so that a late replay applies nothing twice.
+So the loss window is the calls of the last flush interval (at most 1.125
+of it), their charge and their record together, never one without the
+other.  A process is dead when its data directory's next owner says so
+(at once), or when its heartbeat is older than `lease_stale_after`.
+
+A process cut off from a shared database stops taking billable calls once
+its last heartbeat is 3/8 of the staleness threshold old (others declare
+it dead at 3/4, checking every 1/12, so its leases are back within the
+threshold, 60 s by default), so it never spends
+a lease another process may already have returned.  If it comes back
+after being declared dead, it takes a new process id (its old records are
+then paid from `quota`, as their lease was returned) and carries on.
+
+No query here depends on a projection of a dotted field (the embedded
+server returns those flat): documents are read whole or by top-level field.
 """
 from __future__ import annotations
 
@@ -28,13 +67,15 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from models.store import PyMongoError, insert_records
 from relay.errors import RelayError
+from relay.journal import Journal
+from relay.processes import Processes
 
 log = logging.getLogger("relay.billing")
 
 USER, TOKEN = "user", "token"
 COLLECTIONS = {USER: "users", TOKEN: "tokens"}
-STALE_AFTER = 30.0
 
 
 class QuotaExhausted(RelayError):
@@ -45,18 +86,25 @@ class QuotaExhausted(RelayError):
         self.kind = kind
 
 
+class BillingUnavailable(RelayError):
+    def __init__(self, why: str):
+        super().__init__(503, f"Billing is unavailable ({why}); try again shortly.",
+                         "service_unavailable", "billing_unavailable")
+
+
 @dataclass
 class _Balance:
     kind: str
     id: int
-    held: int = 0        # leased from the store and not yet spent
+    held: int = 0        # leased and not spent (may go negative after a fence)
     reserved: int = 0    # part of `held` promised to calls in flight
-    spent: int = 0       # spent since the last flush
+    spent: int = 0       # spent by records not yet applied in the database
+    applied_seq: int = 0  # our last record whose spend left `spent`
+    credit: int = 0      # how far below zero the stored quota may go (accounts)
     store_quota: int = 0  # `quota` as last read from the store
     other_leases: int = 0
     store_used: int = 0
     touched: float = 0.0
-    dirty: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -64,28 +112,67 @@ class _Balance:
         return self.held - self.reserved
 
 
+def subjects_of(record: dict) -> list[tuple[str, int, bool]]:
+    """(kind, id, paid from a lease) for each balance a record moves."""
+    out = [(USER, record["user_id"], True)]
+    if record.get("token_id") is not None:
+        out.append((TOKEN, record["token_id"], bool(record.get("token_limited"))))
+    return out
 
-class Leases:
-    """Balances this process holds, leased from the store, and their flusher."""
+
+class Leases(Processes):
+    """Balances this process holds, and the flusher that makes charges durable."""
+
+    collections = COLLECTIONS
 
     def __init__(self, store, process_id: str, lease_chunk: int, flush_interval: float,
-                 idle_release: float):
+                 idle_release: float, journal: Journal, stale_after: float = 60.0,
+                 db_timeout: float = 5.0):
         self.store = store
         self.pid = process_id
+        self.own_ids = {process_id}   # a fenced process has had more than one
         self.chunk = lease_chunk
         self.flush_interval = flush_interval
         self.idle_release = idle_release
+        self.journal = journal
+        self.stale_after = stale_after
+        self.db_timeout = db_timeout
+        self.seq = 0
+        self.applied_upto = 0
+        self.applied_created = 0.0    # created_at of that record (reclaim reads from it)
         self._bal: dict[tuple[str, int], _Balance] = {}
         self._flusher: asyncio.Task | None = None
+        self._guard: asyncio.Task | None = None
+        self._beat: asyncio.Task | None = None
         self._flush_lock = asyncio.Lock()
-        self.before_flush = []  # async callables run at each flush (usage log)
+        self._last_heartbeat = time.monotonic()
+        self.after_flush = []  # async callables run after each tick (accessed times, pruning)
+        # What else a process holds, given back when it is reclaimed (async
+        # callables given its id) or when this one is fenced (given old, new).
+        self.on_reclaim = []
+        self.on_fence = []
 
+    # ---- in memory ----------------------------------------------------------
     def _get(self, kind: str, ident: int) -> _Balance:
         b = self._bal.get((kind, ident))
         if b is None:
             b = self._bal[(kind, ident)] = _Balance(kind, ident)
         b.touched = time.monotonic()
         return b
+
+    def check_open(self) -> None:
+        """Raise BillingUnavailable when a billable call must not start."""
+        if self.journal.spill.full:
+            raise BillingUnavailable("the database is unreachable and the spill file is full")
+        if time.monotonic() - self._last_heartbeat > self.stale_after * 3 / 8:
+            raise BillingUnavailable("the database has not answered for "
+                                     f"{time.monotonic() - self._last_heartbeat:.0f}s")
+
+    def journal_record(self, record: dict) -> None:
+        """Number a charged record and queue it (no await: see settle)."""
+        self.seq += 1
+        record["proc"], record["seq"] = self.pid, self.seq
+        self.journal.add(record)
 
     async def _lease(self, b: _Balance, amount: int) -> None:
         """Lease from the store until `b.available >= amount`, or raise."""
@@ -94,11 +181,11 @@ class Leases:
                 return
             need = amount - b.available
             coll = self.store.db[COLLECTIONS[b.kind]]
-            field_ = f"leases.{self.pid}"
+            lease = f"leases.{self.pid}"
             take = max(need, self.chunk)
             doc = await coll.find_one_and_update(
-                {"_id": b.id, "quota": {"$gte": take}},
-                {"$inc": {"quota": -take, field_: take}}, return_document=True)
+                {"_id": b.id, "quota": {"$gte": take - b.credit}},
+                {"$inc": {"quota": -take, lease: take}}, return_document=True)
             if doc is None:
                 take = 0
                 for _ in range(5):
@@ -107,13 +194,14 @@ class Leases:
                         raise RelayError(401, f"{b.kind} {b.id} no longer exists",
                                          "authentication_error", "invalid_api_key")
                     q = int(cur.get("quota", 0))
-                    if q < need:
+                    if q + b.credit < need:
                         raise QuotaExhausted(b.kind)
                     doc = await coll.find_one_and_update(
-                        {"_id": b.id, "quota": q}, {"$inc": {"quota": -q, field_: q}},
+                        {"_id": b.id, "quota": q}, {"$inc": {"quota": -(q + b.credit),
+                                                             lease: q + b.credit}},
                         return_document=True)
                     if doc is not None:
-                        take = q
+                        take = q + b.credit
                         break
                 if not take:
                     raise QuotaExhausted(b.kind)
@@ -143,77 +231,174 @@ class Leases:
             return None
         return b.store_quota + b.other_leases + b.held, b.store_used + b.spent
 
+    # ---- the flusher ----------------------------------------------------------
     def start(self) -> None:
         if self._flusher is None:
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+            loop = asyncio.get_running_loop()
+            self._flusher = loop.create_task(self._flush_loop())
+            self._guard = loop.create_task(self._guard_loop())
+            self._beat = loop.create_task(self._beat_loop())
 
-    async def _flush_loop(self) -> None:
-        last_reclaim = 0.0
+    async def _guard_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.flush_interval)
+            await asyncio.sleep(self.flush_interval / 8)
             try:
-                await self.flush()
-                if time.monotonic() - last_reclaim > STALE_AFTER / 3:
-                    last_reclaim = time.monotonic()
-                    await self.heartbeat()
-                    await self.reclaim_stale()
+                self.journal.guard(self.flush_interval)
+            except OSError as exc:
+                log.error("cannot write the spill file: %s", exc)
+
+    async def _beat_loop(self) -> None:
+        """Heartbeat and reclaim on their own timer: a slow flush must not
+        make this process look dead, nor stop it taking calls."""
+        while True:
+            await asyncio.sleep(self.stale_after / 12)
+            try:
+                await self._db(self.heartbeat())
+                await self._db(self.reclaim_stale())
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("billing flush failed; will retry")
+            except Exception as exc:
+                log.warning("billing heartbeat: %s; will retry", exc or type(exc).__name__)
 
-    async def flush(self, release_all: bool = False) -> None:
+    async def _flush_loop(self) -> None:
+        while True:
+            busy = False
+            started = time.monotonic()
+            try:
+                busy = await self.flush()
+                for hook in self.after_flush:
+                    await self._db(hook())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("billing flush: %s; will retry", exc or type(exc).__name__)
+            # Ticks start every quarter interval, so a record is normally
+            # stored long before the guard (at one interval) would move it to
+            # the spill file, even with a database slowed by load; a backlog
+            # drains a batch per tick without waiting.
+            await asyncio.sleep(0 if busy else
+                                max(self.flush_interval / 4 - (time.monotonic() - started), 0))
+
+    async def _db(self, aw):
+        return await asyncio.wait_for(aw, self.db_timeout)
+
+    async def flush(self, release_all: bool = False) -> bool:
+        """One tick: a bounded batch of records, then their balances, then idle
+        leases.  Returns True while older records wait in the spill file."""
         async with self._flush_lock:
-            for hook in self.before_flush:
-                await hook()
-            now = time.monotonic()
-            for b in list(self._bal.values()):
-                idle = b.reserved == 0 and now - b.touched > self.idle_release
-                release = release_all or idle
-                if not (b.dirty or (release and b.held)):
-                    if idle and not b.held and not b.spent:
-                        self._bal.pop((b.kind, b.id), None)
-                    continue
-                await self._write(b, release)
+            started = time.time()
+            batch, offset = self.journal.take()
+            # Our own records at or below applied_upto are a copy the guard
+            # wrote while a slow tick was still storing them.
+            batch = [r for r in batch if r["proc"] != self.pid or r["seq"] > self.applied_upto]
+            try:
+                if batch:
+                    await self._db(insert_records(self.store.db.usage, batch))
+                    await self._db(self._apply(batch))
+                self.journal.done(offset)
+            except BaseException:
+                self.journal.failed()
+                raise
+            mine = [r for r in batch if r["proc"] == self.pid]
+            if mine:
+                self.applied_upto = max(self.applied_upto, max(r["seq"] for r in mine))
+                self.applied_created = max(self.applied_created,
+                                           max(float(r.get("created_at") or 0) for r in mine))
+            if batch:
+                # `flushed_at`: every record made before it is in the database
+                # or the spill file (what the crash tests check against).
+                durable = started if not self.journal.memory else self.journal.memory[0][1].get(
+                    "created_at", started)
+                await self._db(self.store.db.processes.update_one(
+                    {"_id": self.pid}, {"$max": {"applied_upto": self.applied_upto,
+                                                 "applied_created": self.applied_created,
+                                                 "flushed_at": min(durable, started)}}))
+            await self._release_idle(release_all)
+            return not self.journal.spill.empty
 
-    async def _write(self, b: _Balance, release: bool) -> None:
-        """Persist one balance: its spend, and its lease (or give the lease back)."""
+    async def _apply(self, records: list[dict]) -> None:
+        """Apply records to the balances, idempotently (see the docstring)."""
+        groups: dict[tuple, list] = {}
+        for r in records:
+            for kind, ident, leased in subjects_of(r):
+                groups.setdefault((r["proc"], kind, ident, leased), []).append(
+                    (int(r["seq"]), int(r.get("quota") or 0)))
+        for (proc, kind, ident, leased), items in groups.items():
+            await self._apply_one(proc, kind, ident, leased, items)
+            b = self._bal.get((kind, ident)) if proc in self.own_ids else None
+            if b is not None:
+                # At once, so a balance read meanwhile never counts it twice;
+                # by sequence, so a batch applied again is not taken off twice.
+                b.spent -= sum(q for s, q in items if s > b.applied_seq)
+                b.applied_seq = max([b.applied_seq] + [s for s, _ in items])
+
+    async def _apply_one(self, proc: str, kind: str, ident: int, leased: bool,
+                         items: list[tuple[int, int]]) -> int:
+        """Apply one process's records to one balance; returns the amount
+        newly applied by this call (all of the batch's spend is accounted
+        for either way: what is not applied now was applied before)."""
+        coll = self.store.db[COLLECTIONS[kind]]
+        mark, lease = f"applied.{proc}", f"leases.{proc}"
+        first, last = min(s for s, _ in items), max(s for s, _ in items)
+        total = sum(q for _, q in items)
+        # Flat filters, the usual case first: a `$or` would need `$and`
+        # around it on nx-27017 (models/compat.py), four times slower there.
+        marks: list = [{"$lt": first}, {"$exists": False}]
+        for _ in range(6):
+            attempts = []
+            for m in marks:
+                if not leased:
+                    attempts.append(({mark: m}, {"used_quota": total}))
+                else:
+                    attempts += [({mark: m, lease: {"$exists": True}},
+                                  {lease: -total, "used_quota": total}),
+                                 ({mark: m, lease: {"$exists": False}},
+                                  {"quota": -total, "used_quota": total})]
+            for flt, inc in attempts:
+                r = await coll.update_one({"_id": ident, **flt},
+                                          {"$inc": inc, "$set": {mark: last}})
+                if r.matched_count:
+                    return total
+            # Some of it was applied before (a retry, or a reclaim that raced
+            # a replay): apply only the records after the stored marker.
+            doc = await coll.find_one({"_id": ident}, {"applied": 1})
+            if doc is None:
+                log.error("usage of %s %s applied to nothing: the %s is gone", kind, ident, kind)
+                return total
+            seen = int((doc.get("applied") or {}).get(proc, 0))
+            rest = [(s, q) for s, q in items if s > seen]
+            if not rest:
+                return 0
+            first, total = min(s for s, _ in rest), sum(q for _, q in rest)
+            marks = [seen]
+        raise PyMongoError(f"could not apply usage to {kind} {ident}: it kept changing")
+
+    async def _release_idle(self, release_all: bool) -> None:
+        now = time.monotonic()
+        for b in list(self._bal.values()):
+            idle = b.reserved == 0 and now - b.touched > self.idle_release
+            if release_all or idle:
+                if b.held or (b.spent == 0 and b.available == 0):
+                    await self._db(self._release(b))
+                if idle and not b.held and not b.spent:
+                    self._bal.pop((b.kind, b.id), None)
+
+    async def _release(self, b: _Balance) -> None:
+        """Give this process's unreserved lease on `b` back to `quota`."""
         async with b.lock:
-            spent = b.spent
-            give_back = b.available if release else 0
+            give = b.available
             coll = self.store.db[COLLECTIONS[b.kind]]
-            key = f"leases.{self.pid}"
-            if release and b.reserved == 0:
-                update = {"$inc": {"quota": give_back, "used_quota": spent}, "$unset": {key: ""}}
-            else:
-                update = {"$inc": {"quota": give_back, "used_quota": spent},
-                          "$set": {key: b.held - give_back}}
-            doc = await coll.find_one_and_update({"_id": b.id}, update, return_document=True)
-            b.spent -= spent
-            b.held -= give_back
-            b.dirty = b.spent != 0
+            lease, mark = f"leases.{self.pid}", f"applied.{self.pid}"
+            doc = None
+            if b.reserved == 0 and b.spent == 0:
+                # Nothing of ours is left on this balance: tidy the document.
+                doc = await coll.find_one_and_update(
+                    {"_id": b.id, lease: give}, {"$inc": {"quota": give},
+                                                 "$unset": {lease: "", mark: ""}},
+                    return_document=True)
+            if doc is None and give:
+                doc = await coll.find_one_and_update(
+                    {"_id": b.id}, {"$inc": {"quota": give, lease: -give}}, return_document=True)
+            b.held -= give
             if doc is not None:
                 self._absorb(b, doc)
-
-    async def heartbeat(self) -> None:
-        await self.store.db.processes.update_one(
-            {"_id": self.pid}, {"$set": {"heartbeat": time.time()}}, upsert=True)
-
-    async def reclaim_stale(self) -> int:
-        """Return the leases of processes whose heartbeat stopped."""
-        cutoff = time.time() - STALE_AFTER
-        dead = [d["_id"] async for d in self.store.db.processes.find({"heartbeat": {"$lt": cutoff}})]
-        returned = 0
-        for pid in dead:
-            key = f"leases.{pid}"
-            for coll in COLLECTIONS.values():
-                async for doc in self.store.db[coll].find({key: {"$exists": True}}, {key: 1}):
-                    amount = int((doc.get("leases") or {}).get(pid, 0))
-                    r = await self.store.db[coll].update_one(
-                        {"_id": doc["_id"], key: amount},
-                        {"$inc": {"quota": amount}, "$unset": {key: ""}})
-                    returned += amount if r.modified_count else 0
-            await self.store.db.processes.delete_one({"_id": pid})
-        if returned:
-            log.warning("returned %d units leased by %d stopped process(es)", returned, len(dead))
-        return returned

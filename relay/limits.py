@@ -32,8 +32,11 @@ whether waiting can help.  Only calls at the limit ever wait; the rest of
 them get 429 at once until the window ends (or, for concurrency, a tick).
 
 Crashes: a dead process's rate permits die with their minute; its
-concurrency slots go back to the pool once its heartbeat (collection
-`limit_processes`) is STALE_AFTER seconds old.
+concurrency slots go back to the pool when billing reclaims the process
+(relay/processes.py: one registry, one heartbeat and one staleness rule for
+quota leases and limit permits alike, so the slots come back with the
+quota, within `lease_stale_after`, or at once when the next relay on the
+same data directory starts).
 """
 from __future__ import annotations
 
@@ -51,7 +54,8 @@ log = logging.getLogger("relay.limits")
 RPM, TPM, CONC = 0, 1, 2
 _WHAT = ("requests per minute", "tokens per minute", "concurrent requests")
 _CODE = ("rpm", "tpm", "concurrency")
-STALE_AFTER = 30.0
+# Seconds between prunings of past minutes' documents.
+PRUNE_EVERY = 10.0
 
 
 class LimitExceeded(RelayError):
@@ -103,7 +107,7 @@ class Limiter:
     def __init__(self, store, process_id: str, flush_interval: float = 0.25,
                  wait: float | None = None):
         self.store = store
-        self.pid = process_id
+        self.pid = process_id   # billing's process id (relay/processes.py), followed on a fence
         self.flush_interval = flush_interval
         self.wait = wait if wait is not None else max(0.5, 3 * flush_interval)
         self._buckets: dict[tuple, _Bucket] = {}
@@ -325,19 +329,15 @@ class Limiter:
                 pass
             self._task = None
         await self.flush(release_all=True)
-        await self.store.db.limit_processes.delete_one({"_id": self.pid})
 
     async def _loop(self) -> None:
-        beat = 0.0
+        pruned = 0.0
         while True:
             await asyncio.sleep(self.flush_interval)
             try:
                 await self.flush()
-                if time.monotonic() - beat > STALE_AFTER / 3:
-                    beat = time.monotonic()
-                    await self.store.db.limit_processes.update_one(
-                        {"_id": self.pid}, {"$set": {"heartbeat": time.time()}}, upsert=True)
-                    await self.reclaim_stale()
+                if time.monotonic() - pruned > PRUNE_EVERY:
+                    pruned = time.monotonic()
                     await self.coll.delete_many({"exp": {"$lt": time.time()}})
             except asyncio.CancelledError:
                 raise
@@ -384,35 +384,41 @@ class Limiter:
                 if doc is not None:
                     b.left = int(doc.get("left", 0))
 
-    async def reclaim_stale(self) -> int:
-        """Give back the concurrency slots of processes whose heartbeat stopped
-        (their rate permits die with their minute)."""
-        cutoff = time.time() - STALE_AFTER
-        dead = [d["_id"] async for d in self.store.db.limit_processes.find(
-            {"heartbeat": {"$lt": cutoff}})]
+    async def reclaim(self, pid: str) -> int:
+        """Give back the concurrency slots of dead process `pid` (billing's
+        reclaim pass calls this, relay/processes.py); its rate permits die
+        with their minute.  Returns the slots given back."""
+        key = f"held.{pid}"
         returned = 0
-        for pid in dead:
-            key = f"held.{pid}"
-            # Only concurrency documents (no `exp`): a rate document's held
-            # count may include permits spent since it was written.
-            async for doc in self.coll.find({key: {"$exists": True}, "exp": {"$exists": False}}):
-                n = int((doc.get("held") or {}).get(pid, 0))
-                r = await self.coll.update_one({"_id": doc["_id"], key: n},
-                                               {"$inc": {"left": n}, "$unset": {key: ""}})
-                returned += n if r.modified_count else 0
-            await self.store.db.limit_processes.delete_one({"_id": pid})
+        # Only concurrency documents (no `exp`): a rate document's held
+        # count may include permits spent since it was written.
+        async for doc in self.coll.find({key: {"$exists": True}, "exp": {"$exists": False}}):
+            n = int((doc.get("held") or {}).get(pid, 0))
+            r = await self.coll.update_one({"_id": doc["_id"], key: n},
+                                           {"$inc": {"left": n}, "$unset": {key: ""}})
+            returned += n if r.modified_count else 0
         if returned:
-            log.warning("returned %d limit permits held by %d stopped process(es)",
-                        returned, len(dead))
+            log.warning("returned %d concurrency slot(s) held by stopped process %s",
+                        returned, pid)
         return returned
+
+    def fenced(self, old: str, new: str) -> None:
+        """Billing was declared dead and carries on as `new`: whoever
+        reclaimed `old` gave its slots back, so nothing held here is ours
+        any more (calls in flight finish on buckets no longer kept)."""
+        self.pid = new
+        self._buckets = {}
 
 
 def install(app) -> None:
     """Give the relay service its limiter, and run its flusher with the app."""
     s = app.settings
-    limiter = s["limits"] = Limiter(s["store"], s["catalog"].process_id,
-                                    s["config"].usage_flush_interval)
+    billing = s["billing"]
+    limiter = s["limits"] = Limiter(s["store"], billing.pid, s["config"].usage_flush_interval)
     s["service"].limits = limiter
+    # One process registry for quota and limits (relay/processes.py).
+    billing.on_reclaim.append(limiter.reclaim)
+    billing.on_fence.append(limiter.fenced)
 
     async def on_start(_app) -> None:
         limiter.start()

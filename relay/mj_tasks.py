@@ -22,6 +22,7 @@ import secrets
 import time
 
 from relay import registry
+from relay.pricing import Usage
 
 log = logging.getLogger("relay.mj")
 
@@ -213,11 +214,8 @@ class Poller:
     async def _refund(self, doc: dict, reason: str) -> None:
         amount = int(doc.get("charged") or 0)
         if amount > 0 and not doc.get("refunded"):
-            given = await self.billing.reverse(f"mj_refund:{doc['_id']}", doc["user_id"],
-                                               doc.get("token_id"), amount,
-                                               f"Midjourney task {doc['_id']} failed: {reason}"[:300])
-            if given:
-                self.usage_log.add(refund_record(doc, amount, reason))
+            await self.billing.reverse(f"mj_refund:{doc['_id']}", refund_record(doc, amount, reason),
+                                       f"Midjourney task {doc['_id']} failed: {reason}"[:300])
         await self.tasks.update(doc["_id"], {"refunded": True})
 
 
@@ -229,8 +227,7 @@ def refund_record(doc: dict, amount: int, reason: str) -> dict:
         "token_name": doc.get("token_name", ""), "group": doc.get("group", ""),
         "model": doc.get("model", ""), "upstream_model": doc.get("model", ""),
         "channel_id": doc.get("channel_id"), "endpoint": "mj_refund", "face": "mj",
-        "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "units": 0,
-        "quota": -amount, "estimated": False, "duration_ms": 0, "ttfb_ms": 0, "status": 200,
+        **Usage().record(), "quota": -amount, "estimated": False, "duration_ms": 0, "ttfb_ms": 0, "status": 200,
         "stream": False, "client_ip": doc.get("client_ip", ""),
         "billing_mode": doc.get("billing_mode", ""), "error": f"refund: {reason}"[:500],
     }

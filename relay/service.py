@@ -8,7 +8,7 @@
 5. convert the request for the vendor         -> adaptor.prepare()
 6. relay the upstream reply                   -> _attempt_stream() / _attempt_plain()
 7. settle from real usage                     -> billing.settle()
-8. record a usage log                         -> usage_log.add()
+8. record a usage log (the record is the charge) -> billing.settle(record)
 9. publish the balance                        -> billing (via the bus)
 
 Handlers give us a Sink to write to; we never touch Tornado objects here.
@@ -221,7 +221,8 @@ class RelayService:
         ticket = await self.limits.admit(auth.token, auth.user) if self.limits else None
         try:
             res = await self.billing.reserve(call.request_id, auth.user.id, auth.token.id,
-                                             not auth.token.unlimited_quota, estimate)
+                                             not auth.token.unlimited_quota, estimate,
+                                             auth.user.credit_limit)
         except BaseException:
             if self.limits:
                 self.limits.done(ticket)
@@ -375,24 +376,26 @@ class RelayService:
         cost = 0
         if delivered and usage is not None:
             cost = pricing.cost(usage, price, auth.rate, auth.token.billing_mode == "per_call")
-        charged = out.charged = await self.billing.settle(res, cost)
         status = 200 if out.error is None else (499 if cancel.cancelled and out.error.status == 499
                                                 else out.error.status)
         if cancel.cancelled and out.started:
             status = 499
         ch = out.channel
-        self.usage_log.add({
+        # The record is the charge: billing fills in cost, quota (charged)
+        # and unpaid, and makes the two durable together.
+        record = {
             "_id": call.request_id, "user_id": auth.user.id, "username": auth.user.username,
             "token_id": auth.token.id, "token_name": auth.token.name, "group": auth.group,
             "model": call.model, "upstream_model": call.upstream_model,
             "channel_id": getattr(ch, "id", None), "endpoint": call.endpoint, "face": call.face,
             **(usage or pricing.Usage()).record(),  # every component, for invoices
-            "quota": charged, "estimated": bool(usage and usage.estimated),
+            "estimated": bool(usage and usage.estimated),
             "duration_ms": int((time.monotonic() - t0) * 1000), "ttfb_ms": int(out.ttfb * 1000),
             "status": status, "stream": call.stream, "client_ip": auth.client_ip,
             "billing_mode": auth.token.billing_mode,
-            "error": out.error.message[:500] if out.error else "",
-        })
+            "error": out.error.message[:500] if out.error else "", "created_at": time.time(),
+        }
+        out.charged = await self.billing.settle(res, cost, record)
 
     def _completion_estimate(self, out: Outcome, call: Call) -> int:
         if out.body and call.endpoint in CHAT_LIKE:

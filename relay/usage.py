@@ -1,8 +1,11 @@
-"""The usage log: one record per billed call, written in batches.
+"""The usage log around the money journal: live events, key access times,
+retention.
 
-Records are buffered in memory and written with insert_many by the billing
-flusher, in the same tick as the balances they belong to, so the hot path
-never waits for the database.  Shutdown flushes what is left.
+A usage record is written by billing (relay/billing.py settle and reverse),
+because a record is the charge itself: relay/leases.py explains how records
+become durable and balances follow from them.  This module shows each
+record live on the bus, writes keys' last-access times and prunes old
+records, all from the billing flusher's tick, off the hot path.
 """
 from __future__ import annotations
 
@@ -14,31 +17,32 @@ log = logging.getLogger("relay.usage")
 
 
 class UsageLog:
-    def __init__(self, store, bus=None, batch: int = 1000, retention_days: int = 0):
+    def __init__(self, store, bus=None, retention_days: int = 0, billing=None):
         self.store = store
         self.bus = bus
-        self.batch = batch
         self.retention_days = retention_days
-        self._buf: list[dict[str, Any]] = []
+        self.billing = billing
         self._accessed: dict[int, int] = {}
         self._pruned_at = 0.0
+        if billing is not None:
+            billing.on_record.append(self.published)
+            billing.after_flush.append(self.flush)
 
     def touch(self, token_id: int) -> None:
         """Note a key's use; its accessed_time is written with the next flush."""
         self._accessed[token_id] = int(time.time())
 
-    def add(self, record: dict[str, Any]) -> None:
+    def published(self, record: dict[str, Any]) -> None:
+        """Show a charged record live (called by billing, no await)."""
         record.setdefault("created_at", time.time())
-        self._buf.append(record)
         if self.bus is not None:
             self.bus.publish("usage", {"user_id": record.get("user_id"), "record": record})
 
     @property
     def pending(self) -> int:
-        return len(self._buf)
+        return self.billing.journal.pending if self.billing is not None else 0
 
     async def flush(self) -> None:
-        await self._flush_records()
         if self._accessed:
             accessed, self._accessed = self._accessed, {}
             for tid, ts in accessed.items():
@@ -55,16 +59,3 @@ class UsageLog:
         if r.deleted_count:
             log.info("pruned %d usage records older than %d days", r.deleted_count, days)
         return r.deleted_count
-
-    async def _flush_records(self) -> None:
-        while self._buf:
-            chunk = self._buf[:self.batch]
-            try:
-                await self.store.db.usage.insert_many([dict(r) for r in chunk], ordered=False)
-            except Exception as exc:
-                # Records already present (a retry after a partial write) are
-                # duplicates by request id and safe to drop; anything else stays.
-                if "duplicate" not in str(exc).lower() and "E11000" not in str(exc):
-                    log.warning("usage flush failed (%d pending): %s", len(self._buf), exc)
-                    return
-            del self._buf[:len(chunk)]

@@ -33,6 +33,13 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def mongo_url(tmp_path_factory):
+    """The database server every test uses: RELAY_TEST_MONGO_URL names any
+    MongoDB-compatible server (a real MongoDB, SecantusDB); unset, the
+    embedded default is started for the session."""
+    url = os.environ.get("RELAY_TEST_MONGO_URL", "")
+    if url:
+        yield url
+        return
     db = EmbeddedMongo(str(tmp_path_factory.mktemp("mongo")))
     url = db.start()
     yield url

@@ -38,6 +38,12 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 
     raise RuntimeError(f"{what} did not listen on {port} within {timeout}s")
 
 
+def children(pid: int) -> list[int]:
+    """Pids of the processes `pid` started (the relay's embedded database)."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
 class RelayProcess:
     """`python server.py` as a real child process."""
 
@@ -90,6 +96,12 @@ class RelayProcess:
 
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
+
+    def billing_pid(self) -> str:
+        """The billing process id this relay wrote into its data directory's lock."""
+        import json
+        with open(os.path.join(self.data_dir, "relay.lock")) as fh:
+            return json.load(fh)["process_id"]
 
     def log(self) -> str:
         try:

@@ -61,4 +61,7 @@ fi
 "${pip[@]}" install -q --disable-pip-version-check -r requirements-test.txt
 # The coding-agent CLIs and Node SDKs the end-to-end tests drive (tests/clients).
 npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
+# Store fidelity (issue 9): the suite below runs it against the embedded
+# default; here it runs against SecantusDB too, as a separate process.
+.venv/bin/python -m tests.fidelity_on secantus
 exec .venv/bin/python -m pytest "$@"

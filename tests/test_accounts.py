@@ -2,7 +2,8 @@
 administrator's reset (the user must then choose a new password, enforced
 on the API, the console pages and the websocket chat), and recovering a
 lost root password from the machine with `server.py --reset-admin-password`
-against the embedded database and against a database URL."""
+against the embedded database (stopped, or through a live relay's) and
+against a database URL."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ import pytest
 import requests
 from pymongo import MongoClient
 
-from tests.helpers import ADMIN_PASSWORD, ROOT, USER_PASSWORD, Api, RelayProcess
+from tests.helpers import ADMIN_PASSWORD, ROOT, USER_PASSWORD, Api, RelayProcess, children
 
 NEW = "Tangerine-Harbor-71"
 NEWER = "Quiet-Lantern-Orbit-9"
@@ -121,11 +122,15 @@ def test_only_a_higher_rank_may_reset(relay, admin):
     ulla.post("/api/user/99999/password", expect=404)
 
 
-def reset_cli(*args: str) -> str:
+def run_reset(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "server.py"),
-                          "--reset-admin-password", *args], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run([sys.executable, os.path.join(ROOT, "server.py"),
+                           "--reset-admin-password", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def reset_cli(*args: str) -> str:
+    out = run_reset(*args)
     assert out.returncode == 0, out.stdout + out.stderr
     m = re.search(r"New password for the administrator 'root': (\S+)", out.stdout)
     assert m, out.stdout
@@ -153,6 +158,47 @@ def test_reset_admin_password_with_the_embedded_database(tmp_path):
         assert "RELAY_ADMIN_PASSWORD" in proc.log() and "--reset-admin-password" in proc.log()
     finally:
         proc.stop()
+
+
+@pytest.mark.slow
+def test_reset_admin_password_while_a_relay_runs_on_the_embedded_database(tmp_path):
+    """The live relay holds the data directory (models/datadir.py): the reset
+    goes through that relay's database, named in the lock, and starts no
+    second database on the directory."""
+    data = str(tmp_path / "data")
+    proc = RelayProcess("", data, db_name="relay").start()
+    try:
+        lock = open(os.path.join(data, "relay.lock")).read()
+        db_pids = children(proc.proc.pid)
+        session, _ = login(proc.url, "root", ADMIN_PASSWORD)
+        password = reset_cli("--data-dir", data, "--db-name", "relay")
+        assert session.get(proc.url + "/api/user/self").status_code == 401
+        s, data_ = login(proc.url, "root", password)
+        assert data_["must_change_password"] is True
+        # the relay, its database and its lock are as they were
+        assert children(proc.proc.pid) == db_pids
+        assert open(os.path.join(data, "relay.lock")).read() == lock
+        assert requests.get(proc.url + "/api/status").status_code == 200
+    finally:
+        assert proc.stop() == 0
+
+
+def test_reset_admin_password_refuses_while_the_relay_is_still_starting(tmp_path):
+    """A live holder that has not named its database yet: one line, exit 1."""
+    from models.datadir import DataDirLock
+    data = str(tmp_path / "data")
+    lock = DataDirLock(data)
+    lock.acquire()
+    try:
+        lock.write(port=4321, process_id="starting")
+        out = run_reset("--data-dir", data)
+    finally:
+        lock.release()
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(os.getpid()) in lines[0] and "4321" in lines[0], out.stderr
+    assert "still starting" in lines[0] and "Traceback" not in out.stderr + out.stdout
+    assert not os.path.exists(os.path.join(data, "db")), "a database was started"
 
 
 def test_reset_admin_password_with_a_database_url_while_a_relay_runs(fresh_relay, mongo_url):

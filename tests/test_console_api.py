@@ -39,7 +39,7 @@ def carol(relay, admin, upstream):
                           json={"model": model, "messages": [{"role": "user", "content": "x"}]},
                           timeout=60)
         assert r.status_code == 200, r.text
-    time.sleep(1.0)  # usage records are flushed every 0.25 s
+    time.sleep(1.0)  # usage records are flushed every 0.125 s
     return {"api": api, "key": key}
 
 
@@ -148,8 +148,10 @@ def test_usage_records_come_newest_first(relay, carol):
 def test_csv_export_filters_and_neutralises_formulas(relay, carol):
     r = carol["api"].s.get(relay.url + "/api/log/self/export?model=gpt-4o-mini", timeout=10)
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/csv")
-    rows = list(csv.DictReader(io.StringIO(r.text)))
+    *rows, total = list(csv.DictReader(io.StringIO(r.text)))
     assert len(rows) == 2 and {row["model"] for row in rows} == {"gpt-4o-mini"}
+    assert total["request_id"] == "TOTAL"
+    assert int(total["quota"]) == sum(int(row["quota"]) for row in rows)
     assert "channel_id" not in rows[0]
     r = carol["api"].s.get(relay.url + "/api/log/self/export", timeout=10)
     rows = list(csv.DictReader(io.StringIO(r.text)))

@@ -6,8 +6,10 @@ README's pictures)."""
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
+import requests
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
@@ -228,10 +230,22 @@ def test_markdown_renders_safely(relay, b):
 
 
 def test_usage_page_filters_and_exports(relay, env, b):
-    make_usage(relay, env)
+    key = env["api"].create_token("parts", unlimited_quota=True)
+    r = requests.post(relay.url + "/v1/chat/completions",
+                      headers={"Authorization": f"Bearer {key['key']}"},
+                      json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}],
+                            "fake_usage": {"prompt_tokens": 1200, "completion_tokens": 30,
+                                           "cached_tokens": 1024}}, timeout=60)
+    assert r.status_code == 200
+    rid = r.headers["X-Request-Id"]
+    make_usage(relay, env)  # and waits for the records
     b.get(relay.url + "/console/usage")
     b.wait(lambda d: len(b.texts("#usage-table tbody tr[data-id]")) == own_requests(env),
            what="records")
+    # a call's usage parts beyond text in and out are shown with it
+    cell = f"#usage-table tbody tr[data-id='{rid}'] td:nth-child(4)"
+    text = re.sub(r"(?<=\d)[^\d\s/](?=\d{3})", "", b.text(cell))  # no thousands separator
+    assert text.split() == ["1200", "/", "30", "1024", "cached"], b.text(cell)
     b.type("#f-model", "gpt-4o-mini")
     b.click("#usage-filter button[type='submit']")
     b.wait(lambda d: all("gpt-4o-mini" in t for t in b.texts("#usage-table tbody tr"))

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.helpers import USER_PASSWORD, Api, RelayProcess
+from tests.helpers import USER_PASSWORD, Api, RelayProcess, eventually
 
 MODEL = "gpt-4o-mini"  # priced by the catalogue: nobody sets a price here
 
@@ -210,3 +210,62 @@ def test_calls_within_a_lease_do_not_touch_the_database(mongo_url, tmp_path):
         lim.store = real
         await store.close()
     asyncio.run(run())
+
+
+@pytest.mark.slow
+def test_a_killed_relays_concurrency_slots_come_back_with_its_leases(w, tmp_path):
+    """One process registry for quota and limits (relay/processes.py): the
+    relay that reclaims a dead relay's quota leases gives back the
+    concurrency slots it held, by the same heartbeat and threshold."""
+    import threading
+
+    from tests.money_env import client
+
+    stale = 6.0   # relays sharing a database share the threshold: a database of their own
+    args = ["--lease-stale-after", str(stale)]
+    mongo_url = w["relay"].mongo_url
+    a = RelayProcess(mongo_url, str(tmp_path / "a"), args=args).start()
+    b = RelayProcess(mongo_url, str(tmp_path / "b"), db_name=a.db_name, args=args).start()
+    try:
+        admin = Api.login(a.url)
+        admin.create_channel(w["fake"].url, [MODEL])
+        admin.create_user("slots", quota=10 ** 12)
+        api = Api.login(a.url, "slots", USER_PASSWORD)
+        k = api.create_token(name="one", remain_quota=10 ** 10, concurrency_limit=1)["key"]
+        for r in (a, b):   # b learns of the channel within invalidation_poll
+            eventually(lambda r=r: _served(r.url, k), timeout=10)
+        # a call on `a` holds the only slot (a stream slow to start), then `a` dies
+        def hold():
+            try:
+                requests.post(a.url + "/v1/chat/completions", timeout=60,
+                              headers={"Authorization": f"Bearer {k}"},
+                              json={"model": MODEL, "stream": True, "fake_chunks": 3,
+                                    "fake_delay": 20,
+                                    "messages": [{"role": "user", "content": "hi"}]})
+            except requests.RequestException:
+                pass
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        victim = a.billing_pid()
+        db = client(mongo_url)[a.db_name]
+        slot = f"token:{api.get('/api/token/')['data']['items'][0]['id']}:concurrency"
+        eventually(lambda: _held_by(db, slot, victim, 1), timeout=10)
+        assert chat(b.url, k).status_code == 429          # the slot is taken
+        a.kill9()
+        # back with the leases: b reclaims `a` within the threshold
+        eventually(lambda: _served(b.url, k), timeout=stale + 10, interval=0.5)
+        assert bool(db.processes.find_one({"_id": victim})["dead"])
+        assert victim not in (db.limits.find_one({"_id": slot}).get("held") or {})
+        holder.join(30)
+    finally:
+        a.stop()
+        assert b.stop() == 0
+
+
+def _held_by(db, doc_id, pid, n):
+    doc = db.limits.find_one({"_id": doc_id}) or {}
+    assert (doc.get("held") or {}).get(pid) == n, doc
+
+
+def _served(url, k):
+    assert chat(url, k).status_code == 200

@@ -73,6 +73,7 @@ def billed(env, tok, r, units: int, **counts) -> dict:
     rec = record(env, r.headers["X-Request-Id"])
     assert rec["estimated"] is False, rec
     assert rec["quota"] == units, rec
+    assert rec["cost"] == units and rec["unpaid"] == 0, rec   # charged in full
     for k, v in counts.items():
         assert rec[k] == v, (k, rec)
     deadline = time.monotonic() + 10
@@ -270,3 +271,7 @@ def test_csv_export_carries_every_component(env):
         assert row[col] == "0", (col, row)
     assert row["reasoning_tokens"] == "2500" and row["cached_tokens"] == "1024"
     assert row["quota"] == "13232"
+    # beside the components, the charge's full price and shortfall, and the totals row
+    assert row["cost"] == "13232" and row["unpaid"] == "0", row
+    assert rows[-1]["request_id"] == "TOTAL" and rows[-1]["quota"] == "13232", rows[-1]
+    assert rows[-1]["cost"] == "13232" and rows[-1]["unpaid"] == "0", rows[-1]

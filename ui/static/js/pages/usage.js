@@ -23,13 +23,26 @@ function query() {
   return q;
 }
 
+// Parts of a call's usage beyond text in and out (relay/pricing.py bills each).
+const PARTS = ['cached_tokens', 'cache_write_5m_tokens', 'cache_write_1h_tokens', 'reasoning_tokens',
+  'audio_input_tokens', 'audio_output_tokens', 'image_input_tokens', 'image_output_tokens', 'units'];
+
+function tokens(r) {
+  const inOut = `${r.prompt_tokens || 0} / ${r.completion_tokens || 0}`;
+  const parts = PARTS.filter((f) => r[f] > 0).map((f) => t(`usage.part.${f}`, { n: r[f].toLocaleString() }));
+  return parts.length ? [inOut, el('small', { class: 'parts' }, parts.join(' · '))] : inOut;
+}
+
 function row(r) {
   return el('tr', { dataset: { id: r.request_id } },
     el('td', {}, when(r.created_at)),
     el('td', { class: 'name' }, r.token_name || keyNames[r.token_id] || String(r.token_id ?? '')),
     el('td', { class: 'name' }, r.model || ''),
-    el('td', {}, `${r.prompt_tokens || 0} / ${r.completion_tokens || 0}`),
-    el('td', {}, credits(r.quota)),
+    el('td', {}, tokens(r)),
+    el('td', {}, r.unpaid > 0
+      ? [credits(r.quota), ' ', el('span', { class: 'badge s2', title: t('usage.unpaid_hint', { cost: credits(r.cost) }) },
+          t('usage.unpaid_badge', { unpaid: credits(r.unpaid) }))]
+      : credits(r.quota)),
     el('td', {}, el('span', { class: `badge ${r.status >= 400 ? 's2' : 's1'}` }, String(r.status ?? ''))),
     el('td', {}, r.duration_ms ? `${r.duration_ms} ms` : ''));
 }
@@ -44,6 +57,7 @@ async function load() {
     fillRows($('#usage-table tbody'), data.items.map(row), 7);
     $('#t-requests').textContent = data.totals.requests.toLocaleString();
     $('#t-quota').textContent = credits(data.totals.quota);
+    $('#t-unpaid').textContent = credits(data.totals.unpaid || 0);
     $('#t-tokens').textContent = (data.totals.prompt_tokens + data.totals.completion_tokens).toLocaleString();
     const pages = Math.max(1, Math.ceil(data.total / SIZE));
     $('#page-info').textContent = t('common.page', { page, pages });

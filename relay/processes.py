@@ -1,0 +1,139 @@
+"""Relay processes sharing a database: heartbeats, fencing and the reclaim pass.
+
+Each relay process has a document in `processes`: its heartbeat, how far
+its usage records are applied (`applied_upto`), and when the last flush
+completed (`flushed_at`).  A process whose heartbeat stopped is reclaimed by
+any other: the records it wrote are applied, its leases go back to `quota`,
+whatever else it held comes back through `on_reclaim` (the concurrency
+slots of relay/limits.py), and its document becomes a tombstone
+(`dead: true`) kept TOMBSTONE_DAYS for a late spill replay.  This is the
+one notion of a live process: one heartbeat, one staleness rule.
+relay/leases.py explains the whole design.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+log = logging.getLogger("relay.billing")
+
+# A tombstone (and the applied.<P> markers it vouches for) is kept this long
+# for a late spill replay of a dead process.
+TOMBSTONE_DAYS = 7
+
+
+class Processes:
+    """Mixin of Leases: this process's document, and reclaiming dead ones."""
+
+    async def register(self) -> None:
+        await self.store.db.processes.update_one(
+            {"_id": self.pid}, {"$set": {"heartbeat": time.time(), "dead": False,
+                                         "applied_upto": self.applied_upto}}, upsert=True)
+        self._last_heartbeat = time.monotonic()
+
+    async def heartbeat(self) -> None:
+        r = await self.store.db.processes.update_one(
+            {"_id": self.pid, "dead": False}, {"$set": {"heartbeat": time.time()}})
+        if r.matched_count == 0:
+            await self._fence()
+        self._last_heartbeat = time.monotonic()
+
+    async def _fence(self) -> None:
+        """We were declared dead (cut off too long) and our leases returned:
+        carry on under a new process id with no lease."""
+        old, self.pid = self.pid, f"{self.pid.split('~')[0]}~{uuid.uuid4().hex[:6]}"
+        self.own_ids.add(self.pid)
+        log.error("this relay was declared dead by another (no heartbeat for %.0fs); "
+                  "continuing as %s", self.stale_after, self.pid)
+        for b in self._bal.values():
+            b.held = 0
+        for hook in self.on_fence:
+            hook(old, self.pid)
+        # Our old records not yet in the database are paid from `quota`; if
+        # we die before they are, the next reclaim of the old id applies them.
+        await self.store.db.processes.update_one({"_id": old}, {"$set": {"dead": False,
+                                                                         "heartbeat": 0}})
+        self.applied_upto = 0
+        await self.register()
+
+    async def reclaim_stale(self) -> int:
+        """Reclaim processes whose heartbeat stopped; GC old tombstones."""
+        # Declared dead at 3/4 of the threshold: with a heartbeat and a check
+        # every 1/12 of it, a dead process's leases are back within it.
+        cutoff = time.time() - self.stale_after * 3 / 4
+        dead = [d["_id"] async for d in self.store.db.processes.find(
+            {"dead": False, "heartbeat": {"$lt": cutoff}}, {"_id": 1})]
+        returned = 0
+        for pid in dead:
+            if pid != self.pid:
+                returned += await self.reclaim(pid)
+        await self._forget_tombstones()
+        return returned
+
+    async def reclaim(self, pid: str, first_spilled: int | None = None,
+                      spilled_since: float | None = None) -> int:
+        """Apply what dead process `pid` wrote and return its leases.
+
+        A process without a document either never reached the database
+        (then its records came from a spill file, from `first_spilled` on)
+        or was forgotten long ago: then nothing is applied twice."""
+        state = await self.store.db.processes.find_one({"_id": pid})
+        if state is None and first_spilled is None:
+            return 0
+        upto = int((state or {}).get("applied_upto") or 0) if state else first_spilled - 1
+        # By creation time (an index the log has anyway; one on (proc, seq)
+        # would slow every insert for a pass that runs when a relay dies):
+        # records after the last applied one were made after it, or are in
+        # a spill file replayed just now.
+        since = float((state or {}).get("applied_created") or 0) - 60
+        if spilled_since is not None:
+            since = min(since, spilled_since - 60)
+        records = [r async for r in self.store.db.usage.find(
+            {"proc": pid, "created_at": {"$gte": since}}) if int(r.get("seq") or 0) > upto]
+        records.sort(key=lambda r: int(r["seq"]))
+        dense = []
+        for r in records:
+            if int(r["seq"]) != upto + len(dense) + 1:
+                log.warning("records of %s after seq %d wait for the rest of a spill file",
+                            pid, upto + len(dense))
+                break
+            dense.append(r)
+        if dense:
+            await self._apply(dense)
+            upto = int(dense[-1]["seq"])
+        returned = 0
+        lease = f"leases.{pid}"
+        for coll in self.collections.values():
+            async for doc in self.store.db[coll].find({lease: {"$exists": True}}, {"leases": 1}):
+                for _ in range(5):
+                    amount = int((doc.get("leases") or {}).get(pid, 0))
+                    r = await self.store.db[coll].update_one(
+                        {"_id": doc["_id"], lease: amount},
+                        {"$inc": {"quota": amount}, "$unset": {lease: ""}})
+                    if r.matched_count:
+                        returned += amount
+                        break
+                    doc = await self.store.db[coll].find_one({"_id": doc["_id"]}, {"leases": 1})
+                    if doc is None or pid not in (doc.get("leases") or {}):
+                        break
+        for hook in self.on_reclaim:
+            await hook(pid)
+        await self.store.db.processes.update_one(
+            {"_id": pid}, {"$set": {"dead": True, "applied_upto": upto, "reclaimed_at": time.time()}},
+            upsert=True)
+        if returned or dense:
+            log.warning("reclaimed process %s: applied %d record(s), returned %d units",
+                        pid, len(dense), returned)
+        return returned
+
+    async def _forget_tombstones(self) -> None:
+        cutoff = time.time() - TOMBSTONE_DAYS * 86400
+        async for d in self.store.db.processes.find({"dead": True,
+                                                     "reclaimed_at": {"$lt": cutoff}}):
+            mark = f"applied.{d['_id']}"
+            for coll in self.collections.values():
+                async for doc in self.store.db[coll].find({mark: {"$exists": True}}, {"_id": 1}):
+                    await self.store.db[coll].update_one({"_id": doc["_id"]},
+                                                         {"$unset": {mark: ""}})
+            await self.store.db.processes.delete_one({"_id": d["_id"]})

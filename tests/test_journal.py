@@ -1,0 +1,170 @@
+"""The money journal in one process against the real database server:
+idempotent application, the spill file's order and bound, a relay declared
+dead while alive (fencing), and a reclaim racing a replay."""
+import asyncio
+import json
+import uuid
+
+import pytest
+
+from models.store import Store
+from relay.billing import Billing, BillingUnavailable
+from relay.journal import Spill
+
+INITIAL = 1_000_000
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _store(mongo_url):
+    store = Store(mongo_url, db_name="j_" + uuid.uuid4().hex[:8])
+    await store.start()
+    await store.db.users.insert_one({"_id": 1, "quota": INITIAL, "used_quota": 0})
+    await store.db.tokens.insert_one({"_id": 1, "user_id": 1, "quota": INITIAL, "used_quota": 0})
+    return store
+
+
+def _billing(store, data_dir, pid, **kw):
+    return Billing(store, process_id=pid, lease_chunk=10_000, data_dir=str(data_dir), **kw)
+
+
+async def _charge(b: Billing, n: int, cost: int = 100) -> list[str]:
+    ids = []
+    for _ in range(n):
+        rid = uuid.uuid4().hex
+        res = await b.reserve(rid, 1, 1, True, cost)
+        await b.settle(res, cost, {"_id": rid, "user_id": 1, "token_id": 1})
+        ids.append(rid)
+    return ids
+
+
+async def _books(store) -> dict:
+    out = {}
+    for coll in ("users", "tokens"):
+        d = await store.db[coll].find_one({"_id": 1})
+        remain = int(d["quota"]) + sum(int(v) for v in (d.get("leases") or {}).values())
+        out[coll] = (remain, int(d["used_quota"]))
+    recs = [r async for r in store.db.usage.find({})]
+    out["records"] = sum(int(r["quota"]) for r in recs)
+    out["count"] = len(recs)
+    return out
+
+
+def _assert_books(b):
+    for coll in ("users", "tokens"):
+        remain, used = b[coll]
+        assert remain + used == INITIAL, b
+        assert used == b["records"], b
+
+
+def test_a_batch_applied_twice_changes_nothing(mongo_url, tmp_path):
+    async def go():
+        store = await _store(mongo_url)
+        b = _billing(store, tmp_path, "p1")
+        await b.register()
+        await _charge(b, 5)
+        batch, _ = b.journal.take()
+        await store.db.usage.insert_many([dict(r) for r in batch])
+        await b._apply(batch)
+        await b._apply(batch)             # a retry after a lost reply
+        await b._apply(batch[:2])         # a replay of part of it
+        b.journal.done(None)
+        books = await _books(store)
+        assert books["users"][1] == 500 and books["tokens"][1] == 500
+        await store.close()
+    run(go())
+
+
+def test_spill_keeps_order_and_its_bound_stops_billable_calls(mongo_url, tmp_path):
+    async def go():
+        store = await _store(mongo_url)
+        b = _billing(store, tmp_path, "p2", spill_max_mb=1)
+        b.journal.spill.max_bytes = 3000
+        await b.register()
+        await _charge(b, 5)
+        b.journal.guard(-1)               # everything is "old": to the file
+        assert not b.journal.memory and not b.journal.spill.empty
+        await _charge(b, 3)
+        b.journal.guard(-1)
+        with open(b.journal.spill.path) as fh:
+            seqs = [json.loads(line)["seq"] for line in fh]
+        assert seqs == sorted(seqs) == list(range(1, 9))
+        await _charge(b, 30)
+        b.journal.guard(-1)               # past the bound: stays in memory, loudly
+        assert b.journal.spill.full and b.journal.memory
+        with pytest.raises(BillingUnavailable):
+            b.check_open()
+        while await b.flush():            # the database takes the backlog, in order
+            pass
+        await b.flush()
+        assert b.journal.spill.empty and not b.journal.spill.full
+        b.check_open()
+        books = await _books(store)
+        assert books["count"] == 38
+        _assert_books(books)
+        await store.close()
+    run(go())
+
+
+def test_torn_last_line_is_not_a_record(tmp_path):
+    spill = Spill(str(tmp_path), 10_000)
+    spill.append([{"_id": "a", "seq": 1}])
+    with open(spill.path, "a") as fh:
+        fh.write('{"_id": "b", "se')
+    recs, offset = spill.read(10)
+    assert [r["_id"] for r in recs] == ["a"] and offset < spill.size
+
+
+def test_declared_dead_while_alive_carries_on_under_a_new_id(mongo_url, tmp_path):
+    """Cut off from a shared database too long, a relay is reclaimed by
+    another; when it comes back it pays its old records from quota and
+    takes a new id.  The books still balance."""
+    async def go():
+        store = await _store(mongo_url)
+        zombie = _billing(store, tmp_path / "z", "zombie")
+        other = _billing(store, tmp_path / "o", "other")
+        await zombie.register()
+        await other.register()
+        await _charge(zombie, 4)
+        await zombie.flush()              # 4 records applied
+        await _charge(zombie, 3)          # 3 more, not yet in the database
+        await other.reclaim("zombie")     # the others gave up on it
+        _assert_books(await _books(store))
+        await zombie.heartbeat()          # it finds out
+        assert zombie.pid != "zombie"
+        await _charge(zombie, 2)
+        while await zombie.flush():
+            pass
+        await zombie.flush(release_all=True)
+        books = await _books(store)
+        assert books["count"] == 9
+        _assert_books(books)
+        await store.close()
+    run(go())
+
+
+def test_reclaim_applies_only_the_dense_run(mongo_url, tmp_path):
+    """Records after a gap wait for the spill file that holds the gap."""
+    async def go():
+        store = await _store(mongo_url)
+        dead = _billing(store, tmp_path / "d", "dead")
+        await dead.register()
+        await _charge(dead, 6)
+        batch, _ = dead.journal.take()
+        # records 1, 2 and 5, 6 reached the database; 3 and 4 are in a spill file
+        await store.db.usage.insert_many([dict(r) for r in batch if r["seq"] not in (3, 4)])
+        spilled = [r for r in batch if r["seq"] in (3, 4)]
+        heir = _billing(store, tmp_path / "h", "heir")
+        await heir.register()
+        await heir.reclaim("dead")
+        books = await _books(store)
+        assert books["users"][1] == 200 and books["count"] == 4
+        await store.db.usage.insert_many([dict(r) for r in spilled])
+        await heir.reclaim("dead")        # the next start, after replaying the file
+        books = await _books(store)
+        assert books["users"][1] == 600 and books["count"] == 6
+        _assert_books(books)
+        await store.close()
+    run(go())
