@@ -4,6 +4,7 @@ from __future__ import annotations
 from handlers.api_user import paged
 from handlers.base import ApiHandler
 from relay.pricing import USAGE_FIELDS
+from relay.usage import expand
 
 # Every usage component (relay/pricing.USAGE_FIELDS) is shown and exported.
 FIELDS = ("user_id", "username", "token_id", "token_name", "group", "model", "upstream_model",
@@ -17,6 +18,7 @@ TOTALS = ("quota", "cost", "unpaid", "prompt_tokens", "completion_tokens")
 
 
 def log_view(d: dict, admin: bool) -> dict:
+    d = expand(d)
     out = {"request_id": d["_id"], **{f: d.get(f) for f in FIELDS}}
     # `cost` (full price) and `unpaid` (what the balance could not cover):
     # records from before they existed were charged in full.

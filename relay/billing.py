@@ -23,6 +23,7 @@ from models.store import DuplicateKeyError, PyMongoError, insert_records
 from relay.errors import RelayError
 from relay.journal import Journal
 from relay.leases import COLLECTIONS, TOKEN, USER, BillingUnavailable, Leases, QuotaExhausted
+from relay.usage import stored
 
 log = logging.getLogger("relay.billing")
 
@@ -261,7 +262,7 @@ class Billing(Leases):
         since: dict[str, float] = {}
         while not spill.empty:
             batch, offset = spill.read(self.journal.batch)
-            await insert_records(self.store.db.usage, batch)
+            await insert_records(self.store.db.usage, [stored(r) for r in batch])
             for r in batch:
                 if r.get("proc"):
                     first_spilled[r["proc"]] = min(first_spilled.get(r["proc"], r["seq"]), r["seq"])

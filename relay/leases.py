@@ -71,6 +71,7 @@ from models.store import PyMongoError, insert_records
 from relay.errors import RelayError
 from relay.journal import Journal
 from relay.processes import Processes
+from relay.usage import stored
 
 log = logging.getLogger("relay.billing")
 
@@ -293,7 +294,7 @@ class Leases(Processes):
             batch = [r for r in batch if r["proc"] != self.pid or r["seq"] > self.applied_upto]
             try:
                 if batch:
-                    await self._db(insert_records(self.store.db.usage, batch))
+                    await self._db(insert_records(self.store.db.usage, [stored(r) for r in batch]))
                     await self._db(self._apply(batch))
                 self.journal.done(offset)
             except BaseException:

@@ -168,3 +168,43 @@ def test_reclaim_applies_only_the_dense_run(mongo_url, tmp_path):
         _assert_books(books)
         await store.close()
     run(go())
+
+
+def test_records_are_stored_compactly_and_read_back_whole(mongo_url, tmp_path):
+    """A zero token detail, a zero shortfall, no error and not estimated are
+    left out of the stored record (the embedded server's CPU per record goes
+    with its size); every reader sees them again through expand()."""
+    from handlers.api_log import log_view
+    from relay.pricing import USAGE_FIELDS
+    from relay.usage import expand, stored
+
+    full = {"_id": "x", "user_id": 1, "token_id": 1, "quota": 0, "cost": 0, "unpaid": 0,
+            "estimated": False, "error": "", "status": 200, "token_limited": False,
+            **{f: 0 for f in USAGE_FIELDS}, "prompt_tokens": 3, "reasoning_tokens": 2}
+    small = stored(full)
+    for kept in ("quota", "cost", "status", "token_limited", "prompt_tokens", "completion_tokens",
+                 "reasoning_tokens"):
+        assert kept in small
+    for left in ("unpaid", "estimated", "error", "cached_tokens", "units", "audio_input_tokens"):
+        assert left not in small
+    assert expand(small) == full
+    # A value of another type than the default's is never taken for it.
+    assert stored({"estimated": 0, "unpaid": False})  == {"estimated": 0, "unpaid": False}
+
+    async def body():
+        store = await _store(mongo_url)
+        b = _billing(store, tmp_path, "p1")
+        await b.register()
+        rid = uuid.uuid4().hex
+        res = await b.reserve(rid, 1, 1, True, 10)
+        await b.settle(res, 10, {"_id": rid, "user_id": 1, "token_id": 1,
+                                 **{f: 0 for f in USAGE_FIELDS}, "prompt_tokens": 4,
+                                 "estimated": False, "error": ""})
+        await b.flush()
+        raw = await store.db.usage.find_one({"_id": rid})
+        assert "cached_tokens" not in raw and "unpaid" not in raw and "error" not in raw
+        view = log_view(raw, admin=True)
+        assert view["cached_tokens"] == 0 and view["unpaid"] == 0 and view["error"] == ""
+        assert view["estimated"] is False and view["prompt_tokens"] == 4 and view["quota"] == 10
+        await store.close()
+    run(body())

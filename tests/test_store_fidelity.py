@@ -511,6 +511,20 @@ def test_sum_of_a_missing_field_is_zero(db, expect):
     expect(case(db, body), [{"_id": None, "unpaid": 0}])
 
 
+def test_sum_of_a_field_some_records_lack(db):
+    """Usage records are stored compactly (relay/usage.py stored()): a zero
+    `unpaid` or token detail is left out, so totals sum over a mix."""
+    async def body(db):
+        await db.usage.insert_many([{"_id": "a", "quota": 1, "unpaid": 5}, {"_id": "b", "quota": 2},
+                                    {"_id": "c", "quota": 3, "unpaid": 7}])
+        rows = await (await db.usage.aggregate([{"$group": {
+            "_id": None, "quota": {"$sum": "$quota"}, "unpaid": {"$sum": "$unpaid"}}}])).to_list(1)
+        assert rows == [{"_id": None, "quota": 6, "unpaid": 12}]
+        got = sorted([d["_id"] async for d in db.usage.find({"unpaid": {"$gt": 0}})])
+        assert got == ["a", "c"]
+    case(db, body)
+
+
 # ---- shapes added with stored responses and rate limits ------------------------
 def test_replace_one_upsert_takes_the_filters_id(db, expect):
     async def body(db):
