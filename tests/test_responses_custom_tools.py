@@ -16,7 +16,8 @@ import requests
 from openai.types.responses import (ResponseCustomToolCall, ResponseCustomToolCallInputDeltaEvent,
                                     ResponseCustomToolCallInputDoneEvent)
 
-from tests.test_responses import BRIDGES, check, client, env, post  # noqa: F401 (env: fixture)
+from tests.test_responses import (BRIDGES, check, client, env, post,  # noqa: F401 (env: fixture)
+                                  streamed)
 
 # Codex CLI 0.169's apply_patch tool for gpt-5.5, as it sends it.
 LARK = ('start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\n'
@@ -42,6 +43,13 @@ def patching(fake):
         yield
     finally:
         fake.tool_plan = None
+
+
+def start(env, model: str):
+    """(channel kind, usage counts, its fake, a new key, a client with it)."""
+    kind, counts = BRIDGES[model]
+    tok = env.token()
+    return kind, counts, env.fakes[kind], tok, client(env, tok)
 
 
 def offered(kind: str, body: dict) -> tuple[str, dict, str]:
@@ -82,10 +90,7 @@ def last_exchange(kind: str, body: dict) -> tuple[str, dict, str | None, str]:
 
 @pytest.mark.parametrize("model", sorted(BRIDGES))
 def test_bridge_custom_tool_whole_answer_and_second_turn(env, model):
-    kind, counts = BRIDGES[model]
-    fake = env.fakes[kind]
-    tok = env.token()
-    oc = client(env, tok)
+    kind, counts, fake, tok, oc = start(env, model)
     with patching(fake):
         r = oc.responses.create(model=model, input="Add hello.txt", tools=[APPLY_PATCH],
                                 tool_choice={"type": "custom", "name": "apply_patch"})
@@ -116,18 +121,10 @@ def test_bridge_custom_tool_whole_answer_and_second_turn(env, model):
 
 @pytest.mark.parametrize("model", sorted(BRIDGES))
 def test_bridge_custom_tool_streamed_and_continued_by_id(env, model):
-    kind, counts = BRIDGES[model]
-    fake = env.fakes[kind]
-    tok = env.token()
-    oc = client(env, tok)
-    with patching(fake), oc.responses.stream(model=model, input="Add hello.txt",
-                                             tools=[APPLY_PATCH]) as s:
-        events = list(s)
-        final = s.get_final_response()
+    kind, counts, fake, tok, oc = start(env, model)
+    with patching(fake):
+        events, final = streamed(oc, model=model, input="Add hello.txt", tools=[APPLY_PATCH])
     kinds = [e.type for e in events]
-    assert kinds[:2] == ["response.created", "response.in_progress"]
-    assert kinds[-1] == "response.completed"
-    assert [e.sequence_number for e in events] == list(range(len(events)))
     added = next(i for i, e in enumerate(events) if e.type == "response.output_item.added"
                  and e.item.type == "custom_tool_call")
     item = events[added].item
