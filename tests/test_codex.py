@@ -9,7 +9,9 @@ sends the output back, and its final answer carries the secret.  The
 Anthropic run sets a reasoning effort, which reaches the upstream as
 thinking.  Codex may
 reach no host but 127.0.0.1: its proxies point at a recording black hole.
-Billing is checked to the unit after each run.
+Billing is checked to the unit after each run.  One more run, as gpt-5.5,
+has Codex send its freeform apply_patch tool (a custom tool) through an
+Anthropic channel and apply the patch the model writes.
 """
 from __future__ import annotations
 
@@ -193,3 +195,39 @@ def test_codex_request_shape(env, tmp_path):
         fh.write("\n")
     assert pinned is None, "Codex's request shape changed: see git diff tests/fixtures/"
 
+
+
+FREEFORM_PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+Hello from a freeform patch\n*** End Patch\n"
+
+
+def test_codex_freeform_apply_patch_through_a_bridge(env, tmp_path):
+    """For gpt-5.5 Codex sends apply_patch as a custom (freeform) tool with a
+    lark grammar.  Through an Anthropic channel the model's tool_use comes
+    back to Codex as a custom_tool_call, Codex applies the patch in its
+    workspace and sends a custom_tool_call_output, which reaches the upstream
+    as the tool_result.  (Codex also sends a client-run tool_search tool:
+    the channel drops it by option.)"""
+    admin, fake = env["admin"], env["fakes"]["anthropic"]
+    admin.create_channel(fake.url, ["gpt-5.5"], name="codex-freeform", type="anthropic",
+                         options={"drop_hosted_tools": True},
+                         model_mapping={"gpt-5.5": "claude-upstream"})
+    admin.set_price("gpt-5.5", **PRICE)
+    since = len(fake.requests)
+    fake.tool_plan = {"name": "apply_patch", "input": {"input": FREEFORM_PATCH}}
+    try:
+        tok, _, output = run_codex(env, tmp_path, "gpt-5.5", False)
+    finally:
+        fake.tool_plan = None
+    assert (tmp_path / "work" / "hello.txt").read_text() == "Hello from a freeform patch\n", \
+        output[-3000:]
+    sent = [r["body"] for r in fake.requests[since:]]
+    assert len(sent) >= 2 and all(b["model"] == "claude-upstream" for b in sent)
+    tool = next(t for t in sent[0]["tools"] if t["name"] == "apply_patch")
+    assert tool["input_schema"]["required"] == ["input"]
+    assert "*** Begin Patch" in tool["input_schema"]["properties"]["input"]["description"]
+    use = [b for b in sent[-1]["messages"][-2]["content"] if b["type"] == "tool_use"][-1]
+    result = [b for b in sent[-1]["messages"][-1]["content"] if b["type"] == "tool_result"][-1]
+    assert use["name"] == "apply_patch" and use["input"] == {"input": FREEFORM_PATCH}
+    assert result["tool_use_id"] == use["id"] and "hello.txt" in json.dumps(result["content"])
+    assert "The tool returned:" in output
+    check_billing(env, tok, CHANNELS["codex-anthropic"][4], len(sent))

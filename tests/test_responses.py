@@ -45,6 +45,19 @@ def post(env, tok, body, path="/v1/responses", **kw):
                          headers={"Authorization": f"Bearer {tok['key']}"}, **kw)
 
 
+def streamed(oc: openai.OpenAI, **kw) -> tuple[list, object]:
+    """client.responses.stream(**kw) -> (its events, the final Response),
+    the events framed as OpenAI frames them."""
+    with oc.responses.stream(**kw) as s:
+        events = list(s)
+        final = s.get_final_response()
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    return events, final
+
+
 def check(env, tok, counts, n=1):
     prompt, completion, cached = counts
     return env.check_billed(tok, prompt, completion, cached, n=n)
@@ -144,14 +157,9 @@ def test_bridge_create(env, model):
 def test_bridge_stream_function_call_round_trip(env, model):
     tok = env.token()
     oc = client(env, tok)
-    with oc.responses.stream(model=model, input="Weather in Paris?", tools=TOOLS,
-                             parallel_tool_calls=False) as s:
-        events = list(s)
-        final = s.get_final_response()
+    events, final = streamed(oc, model=model, input="Weather in Paris?", tools=TOOLS,
+                             parallel_tool_calls=False)
     kinds = [e.type for e in events]
-    assert kinds[:2] == ["response.created", "response.in_progress"]
-    assert kinds[-1] == "response.completed"
-    assert [e.sequence_number for e in events] == list(range(len(events)))
     assert "response.output_item.added" in kinds and "response.output_item.done" in kinds
     assert "response.function_call_arguments.delta" in kinds
     calls = [o for o in final.output if o.type == "function_call"]

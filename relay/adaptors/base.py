@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay.convert.responses_tools import DROPPABLE
 from relay.errors import RelayError, bad_request
 from relay.pricing import Usage
 
@@ -126,15 +127,16 @@ def serves(adaptor: Adaptor, endpoint: str) -> bool:
 
 def refuse_unbridgeable(call: Call, channel) -> None:
     """A Responses call bridged to a chat channel: a 400 naming what the
-    channel cannot carry (hosted tools, OpenAI-only items), unless the
-    channel option `drop_hosted_tools` says to drop hosted tools silently."""
+    channel cannot carry (hosted and OpenAI built-in tools, OpenAI-only
+    items), unless the channel option `drop_hosted_tools` says to drop those
+    tools silently."""
     bridge = call.extra.get("bridge")
     problems = list(getattr(bridge, "problems", None) or ())
     if (channel.options or {}).get("drop_hosted_tools"):
-        problems = [p for p in problems if not p.startswith(("hosted tool", "tool_choice"))]
+        problems = [p for p in problems if not p.startswith(DROPPABLE)]
     if not problems:
         return
-    tools = any(p.startswith(("hosted tool", "tool ", "tool_choice")) for p in problems)
+    tools = any(p.startswith(DROPPABLE + ("tool ",)) for p in problems)
     hint = (" (Codex CLI: set web_search = \"disabled\" in config.toml.)"
             if any("web_search" in p for p in problems) else "")
     raise bad_request(f"The model '{call.model}' is served here by a channel that speaks chat "

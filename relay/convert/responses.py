@@ -9,18 +9,20 @@ in relay/convert/responses_stream.py.
 What a chat channel cannot carry is named, not guessed: `Bridge.problems`
 lists hosted tools and items a converted call would lose, and the adaptor
 turns them into a 400 only when it actually has to bridge (a channel that
-speaks Responses takes the client's body as it is).
+speaks Responses takes the client's body as it is).  Tools, custom
+(freeform) ones included, are mapped in relay/convert/responses_tools.py.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import time
 from typing import Any
 
 from relay.convert import openai_usage
 from relay.convert.common import new_id, text_of
+from relay.convert.responses_tools import (ToolNames, call_item, call_to_chat, tool_choice_to_chat,
+                                           tools_to_chat, validate_tool)
 from relay.errors import bad_request
 from relay.pricing import Usage
 
@@ -34,17 +36,7 @@ KNOWN_ITEMS = frozenset({
     "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools",
     "mcp_approval_request", "mcp_approval_response", "mcp_call", "custom_tool_call_output",
     "custom_tool_call", "compaction_trigger", "item_reference", "program", "program_output"})
-# Tools a client may send; all but function and namespace run on OpenAI's side
-# (hosted) or need item types only OpenAI models emit.
-KNOWN_TOOLS = frozenset({
-    "function", "namespace", "custom", "file_search", "computer", "computer_use_preview",
-    "web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11",
-    "mcp", "code_interpreter", "programmatic_tool_calling", "image_generation", "local_shell",
-    "shell", "tool_search", "apply_patch"})
-BRIDGED_TOOLS = frozenset({"function", "namespace"})
 ROLES = ("user", "assistant", "system", "developer")
-_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-NS_SEP = "__"  # namespace tools are flattened to "<namespace>__<name>" for chat channels
 
 
 # ---- usage -----------------------------------------------------------------
@@ -112,14 +104,17 @@ def validate(doc: dict) -> None:
         if kind == "message" and item.get("role") not in ROLES:
             raise bad_request(f"Invalid value: {item.get('role')!r}. 'input[{i}].role' must be "
                               f"one of {', '.join(ROLES)}.", "invalid_value", f"input[{i}].role")
-        if kind == "function_call_output" and not isinstance(item.get("call_id"), str):
+        if kind in ("function_call_output", "custom_tool_call_output") and not isinstance(
+                item.get("call_id"), str):
             raise bad_request(f"Missing required parameter: 'input[{i}].call_id'.",
                               "missing_required_parameter", f"input[{i}].call_id")
+        if kind == "custom_tool_call":
+            _validate_custom_call(item, f"input[{i}]")
     tools = doc.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise bad_request("'tools' must be an array.", "invalid_type", "tools")
     for i, tool in enumerate(tools or ()):
-        _validate_tool(tool, f"tools[{i}]")
+        validate_tool(tool, f"tools[{i}]")
     fmt = (doc.get("text") or {}).get("format") if isinstance(doc.get("text"), dict) else None
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         if not isinstance(fmt.get("schema"), dict) or not isinstance(fmt.get("name"), str):
@@ -131,31 +126,12 @@ def validate(doc: dict) -> None:
                           "max_output_tokens")
 
 
-def _validate_tool(tool: Any, where: str) -> None:
-    if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
-        raise bad_request(f"Invalid tool '{where}': expected an object with a 'type'.",
-                          "invalid_type", where)
-    kind = tool["type"]
-    if kind not in KNOWN_TOOLS:
-        raise bad_request(f"Invalid value: {kind!r}. '{where}.type' is not a known tool type.",
-                          "invalid_value", f"{where}.type")
-    if kind == "namespace":
-        if not isinstance(tool.get("tools"), list):
-            raise bad_request(f"'{where}.tools' must be an array.", "invalid_type", where)
-        for j, inner in enumerate(tool["tools"]):
-            _validate_tool(inner, f"{where}.tools[{j}]")
-    if kind not in ("function", "custom", "namespace"):
-        return
-    name = tool.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise bad_request(f"Invalid '{where}.name': {name!r}. A tool name is 1 to 128 letters, "
-                          "digits, '_', '-', '.' or ':'.", "invalid_value", f"{where}.name")
-    params = tool.get("parameters")
-    if kind == "function" and params is not None and (
-            not isinstance(params, dict) or params.get("type", "object") != "object"):
-        raise bad_request(f"Invalid schema for function '{name}': the parameters must be a "
-                          "JSON Schema of type 'object'.", "invalid_function_parameters",
-                          f"{where}.parameters")
+def _validate_custom_call(item: dict, where: str) -> None:
+    for key in ("call_id", "name", "input"):
+        if not isinstance(item.get(key), str):
+            raise bad_request(f"Invalid or missing '{where}.{key}': expected a string.",
+                              "invalid_type" if key in item else "missing_required_parameter",
+                              f"{where}.{key}")
 
 
 # ---- requests: Responses -> canonical chat ---------------------------------
@@ -163,8 +139,8 @@ def _validate_tool(tool: Any, where: str) -> None:
 class Bridge:
     """A Responses request converted for a chat channel, and what it lost."""
     body: dict
-    problems: list  # human-readable names of what a chat channel cannot carry
-    names: dict     # flattened tool name -> (namespace, name) for namespaced tools
+    problems: list    # human-readable names of what a chat channel cannot carry
+    names: ToolNames  # how the chat functions map back to Responses tools
 
 
 def _content_parts(content: Any, problems: list) -> Any:
@@ -235,14 +211,9 @@ def _messages(items: list, problems: list) -> list[dict]:
             else:
                 out.append({"role": "system" if role == "developer" else role,
                             "content": content})
-        elif kind == "function_call":
-            name = item.get("name", "")
-            if item.get("namespace"):
-                name = f"{item['namespace']}{NS_SEP}{name}"
-            assistant().setdefault("tool_calls", []).append({
-                "id": item.get("call_id") or item.get("id") or new_id("call_"), "type": "function",
-                "function": {"name": name, "arguments": item.get("arguments") or "{}"}})
-        elif kind == "function_call_output":
+        elif kind in ("function_call", "custom_tool_call"):
+            assistant().setdefault("tool_calls", []).append(call_to_chat(item))
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             out.append({"role": "tool", "tool_call_id": item.get("call_id", ""),
                         "content": _tool_output(item.get("output"))})
         elif kind == "reasoning":
@@ -252,54 +223,10 @@ def _messages(items: list, problems: list) -> list[dict]:
     return out
 
 
-def _tools(tools: list, problems: list, names: dict) -> list[dict]:
-    out = []
-    for t in tools:
-        kind = t.get("type")
-        if kind == "function":
-            out.append(_function(t, t.get("name", "")))
-        elif kind == "namespace":
-            for inner in t.get("tools") or ():
-                if inner.get("type") != "function":
-                    problems.append(f"tool '{inner.get('type')}' in namespace '{t.get('name')}'")
-                    continue
-                flat = f"{t.get('name')}{NS_SEP}{inner.get('name')}"
-                names[flat] = (t.get("name"), inner.get("name"))
-                out.append(_function(inner, flat))
-        else:
-            problems.append(f"hosted tool '{kind}'")
-    return out
-
-
-def _function(t: dict, name: str) -> dict:
-    fn = {"name": name, "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
-    if t.get("description"):
-        fn["description"] = t["description"]
-    if t.get("strict") is not None:
-        fn["strict"] = bool(t["strict"])
-    return {"type": "function", "function": fn}
-
-
-def _tool_choice(tc: Any, problems: list, body: dict) -> Any:
-    if tc is None or isinstance(tc, str):
-        return tc
-    kind = tc.get("type") if isinstance(tc, dict) else None
-    if kind == "function":
-        return {"type": "function", "function": {"name": tc.get("name", "")}}
-    if kind == "allowed_tools":
-        allowed = {t.get("name") for t in tc.get("tools") or () if isinstance(t, dict)}
-        body["tools"] = [t for t in body.get("tools") or ()
-                         if t["function"]["name"] in allowed]
-        return "required" if tc.get("mode") == "required" else "auto"
-    problems.append(f"tool_choice '{kind}'")
-    return None
-
-
 def request_to_chat(doc: dict, history: list | None = None) -> Bridge:
     """A validated Responses request (plus the items of the conversation it
     continues, if any) -> a canonical chat request."""
     problems: list[str] = []
-    names: dict = {}
     messages: list[dict] = []
     instr = doc.get("instructions")
     if isinstance(instr, str) and instr:
@@ -322,12 +249,12 @@ def request_to_chat(doc: dict, history: list | None = None) -> Bridge:
                                                                       dict) else None
     if effort:
         body["reasoning_effort"] = effort
-    tools = _tools(doc.get("tools") or [], problems, names)
+    tools, names = tools_to_chat(doc.get("tools") or [], problems)
     if tools:
         body["tools"] = tools
     else:  # OpenAI refuses parallel_tool_calls without tools
         body.pop("parallel_tool_calls", None)
-    choice = _tool_choice(doc.get("tool_choice"), problems, body)
+    choice = tool_choice_to_chat(doc.get("tool_choice"), problems, body)
     if choice is not None and body.get("tools"):
         body["tool_choice"] = choice
     fmt = ((doc.get("text") or {}).get("format") or {}) if isinstance(doc.get("text"), dict) else {}
@@ -377,15 +304,6 @@ def reasoning_item(text: str, item_id: str | None = None) -> dict:
             "summary": [{"type": "summary_text", "text": text}] if text else []}
 
 
-def call_item(call_id: str, name: str, arguments: str, names: dict,
-              item_id: str | None = None, status: str = "completed") -> dict:
-    item = {"id": item_id or new_id("fc_"), "type": "function_call", "status": status,
-            "arguments": arguments, "call_id": call_id, "name": name}
-    if name in names:
-        item["namespace"], item["name"] = names[name]
-    return item
-
-
 def finish_status(finish: str | None) -> tuple[str, dict | None]:
     if finish == "length":
         return "incomplete", {"reason": "max_output_tokens"}
@@ -394,7 +312,7 @@ def finish_status(finish: str | None) -> tuple[str, dict | None]:
     return "completed", None
 
 
-def response_from_chat(completion: dict, shell: dict, names: dict) -> dict:
+def response_from_chat(completion: dict, shell: dict, names: ToolNames) -> dict:
     """A whole canonical chat.completion -> the finished Response object."""
     choice = (completion.get("choices") or [{}])[0]
     m = choice.get("message") or {}

@@ -8,15 +8,20 @@ events and output_item.done, and last response.completed (or .incomplete
 or .failed), every event numbered by sequence_number.  Items are written
 one after another, each closed before the next opens, as OpenAI does.
 
+A call of a custom (freeform) tool arrives as JSON-wrapped function
+arguments ({"input": "..."}) that cannot be unwrapped piece by piece: its
+arguments are buffered, and at its close the raw input goes out as one
+response.custom_tool_call_input.delta, then .done.
+
 EventsToChunks reads such a stream from a Responses-only channel back into
 chunks for chat, Anthropic and Gemini clients.
 """
 from __future__ import annotations
 
 from relay.convert.common import chunk, error_chunk, new_id, usage_chunk
-from relay.convert.responses import (call_item, chat_usage_from_doc, finish_status, message_item,
-                                     output_text, reasoning_item, usage_doc, usage_doc_from_chat,
-                                     usage_from)
+from relay.convert.responses import (chat_usage_from_doc, finish_status, message_item, output_text,
+                                     reasoning_item, usage_doc, usage_doc_from_chat, usage_from)
+from relay.convert.responses_tools import ToolNames, call_item, custom_input
 from relay.convert.responses_upstream import chat_finish
 
 LIFECYCLE = ("response.created", "response.in_progress", "response.queued",
@@ -28,9 +33,10 @@ class ChunksToEvents:
     """Canonical chunks -> Responses events, building the final Response.
 
     `shell` is the Response object echoing the request (convert.responses
-    .response_shell); `names` maps flattened namespace tool names back."""
+    .response_shell); `names` maps the chat functions back to the request's
+    tools (namespaced and custom ones)."""
 
-    def __init__(self, shell: dict, names: dict, prompt_tokens: int = 0):
+    def __init__(self, shell: dict, names: ToolNames, prompt_tokens: int = 0):
         self.response = dict(shell)
         self.names = names
         self.prompt_tokens = prompt_tokens
@@ -96,6 +102,14 @@ class ChunksToEvents:
             out.append(self._ev("response.reasoning_summary_part.done", item_id=item["id"],
                                 output_index=index, summary_index=0,
                                 part={"type": "summary_text", "text": text}))
+        elif item["type"] == "custom_tool_call":
+            raw = custom_input(text)
+            done = dict(item, status="completed", input=raw)
+            if raw:
+                out.append(self._ev("response.custom_tool_call_input.delta", item_id=item["id"],
+                                    output_index=index, delta=raw))
+            out.append(self._ev("response.custom_tool_call_input.done", item_id=item["id"],
+                                output_index=index, input=raw))
         else:
             done = dict(item, status="completed", arguments=text)
             out.append(self._ev("response.function_call_arguments.done", item_id=item["id"],
@@ -138,10 +152,14 @@ class ChunksToEvents:
                 fn = tc.get("function") or {}
                 if i not in self.tools:
                     item = call_item(tc.get("id") or new_id("call_"), fn.get("name", ""), "",
-                                     self.names, new_id("fc_"), "in_progress")
+                                     self.names, status="in_progress")
                     self.tools[i] = item
                     out += self._open(item)
-                if fn.get("arguments") and self.open is self.tools[i]:
+                if not fn.get("arguments") or self.open is not self.tools[i]:
+                    continue
+                if self.open["type"] == "custom_tool_call":
+                    self.text.append(fn["arguments"])  # unwrapped at its close
+                else:
                     out.append(self._delta("response.function_call_arguments.delta",
                                            fn["arguments"], content=False))
             if choice.get("finish_reason"):

@@ -21,7 +21,9 @@ The answer follows tests/fakes/agent_script.py: a function call while
 function tools are offered and no function_call_output follows the last
 user message (`fake.tool_plan` picks it; else Codex's exec_command reads the
 secret file, else the first tool), then text quoting the output; otherwise
-text (`fake_text` in metadata, else the default).  A reasoning item comes
+text (`fake_text` in metadata, else the default).  A custom (freeform) tool
+is called with a custom_tool_call whose input is the plan's "input" string,
+streamed as response.custom_tool_call_input.delta pieces and .done.  A reasoning item comes
 first when metadata `fake_reasoning` is set.  Usage: input 30 (10 cached), output 6 (2 of them
 reasoning when there is a reasoning item), or metadata `fake_usage`
 "input,cached,output,reasoning".
@@ -171,15 +173,23 @@ def plan(doc: dict, fake) -> list[dict]:
             {"type": "summary_text", "text": "Thinking about it."}],
             "encrypted_content": "gAAAAfake"})
     names = [t.get("name") for t in doc.get("tools") or ()
-             if isinstance(t, dict) and t.get("type") == "function"]
+             if isinstance(t, dict) and t.get("type") in ("function", "custom")]
+    custom = {t.get("name") for t in doc.get("tools") or ()
+              if isinstance(t, dict) and t.get("type") == "custom"}
     last_user = max((i for i, it in enumerate(items) if isinstance(it, dict)
                      and it.get("type", "message") == "message" and it.get("role") == "user"),
                     default=-1)
     outputs = [it.get("output") for it in items[last_user + 1:] if isinstance(it, dict)
-               and it.get("type") == "function_call_output"]
+               and it.get("type") in ("function_call_output", "custom_tool_call_output")]
     turn = next_turn(fake, meta.get("fake_text") or DEFAULT_TEXT, names,
                      outputs[-1] if outputs else None, bool(outputs),
                      doc.get("tool_choice") != "none")
+    if turn.kind == "tool" and turn.tool in custom:
+        raw = (turn.input or {}).get("input")
+        out.append({"id": _id("ctc_"), "type": "custom_tool_call", "status": "completed",
+                    "call_id": _id("call_"), "name": turn.tool,
+                    "input": raw if isinstance(raw, str) else json.dumps(turn.input)})
+        return out
     if turn.kind == "tool":
         out.append({"id": _id("fc_"), "type": "function_call", "status": "completed",
                     "arguments": json.dumps(turn.input), "call_id": _id("call_"),
@@ -262,6 +272,15 @@ def events(doc: dict, resp: dict) -> list[tuple[str, dict]]:
                                                                      text=text)))
             evs.append(("response.reasoning_summary_part.done", dict(
                 base, summary_index=0, part=dict(part, text=text))))
+        elif item["type"] == "custom_tool_call":
+            raw = item["input"]
+            evs.append(("response.output_item.added", {"output_index": n, "item": dict(
+                item, status="in_progress", input="")}))
+            for piece in (raw[:10], raw[10:]):
+                if piece:
+                    evs.append(("response.custom_tool_call_input.delta", dict(base,
+                                                                              delta=piece)))
+            evs.append(("response.custom_tool_call_input.done", dict(base, input=raw)))
         else:
             args = item["arguments"]
             evs.append(("response.output_item.added", {"output_index": n, "item": dict(
