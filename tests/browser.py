@@ -88,6 +88,15 @@ class Browser:
                              ignored_exceptions=(StaleElementReferenceException,)).until(
             lambda d: cond(d), message=f"timed out waiting for {what}")
 
+    def press(self, rows_css: str, name: str, button_css: str, timeout: float = 30) -> None:
+        """Click a button in the row whose data-name is `name`, finding the row
+        and clicking in one retried step: a live update (the keys table on a
+        balance event) draws the rows again at any moment."""
+        def once(d):
+            row = next((r for r in self.all(rows_css) if r.get_attribute("data-name") == name), None)
+            return row is not None and row.find_element(By.CSS_SELECTOR, button_css).click() is None
+        self.wait(once, timeout, what=f"{button_css} in {name}'s row")
+
     def texts(self, css: str) -> list[str]:
         """Texts of all matches, read at once (rows re-rendered meanwhile cannot go stale)."""
         return self.driver.execute_script(

@@ -112,9 +112,7 @@ def test_chat_button_streams_a_reply_and_the_balance_ticks_down(relay, env, b, u
                                                                  tmp_path):
     ensure_browser_key(env)
     b.get(relay.url + "/console/keys")
-    row = b.wait(lambda d: [r for r in b.all("#keys-table tbody tr")
-                            if r.get_attribute("data-name") == "browser-key"], what="row")[0]
-    row.find_element(By.CSS_SELECTOR, "button.chat").click()
+    b.press("#keys-table tbody tr", "browser-key", "button.chat")
     b.wait(lambda d: "/console/chat?" in d.current_url, what="chat page")
     b.find("body[data-ready='1']")
     assert b.find("#chat-model").get_attribute("value") == "gpt-4o-mini"
@@ -181,9 +179,13 @@ def test_keys_edit_disable_enable_delete(relay, env, b):
         return next((r for r in b.all("#keys-table tbody tr") if r.get_attribute("data-name") in
                      ("throwaway", "renamed")), None)
     b.wait(lambda d: row(), what="row")
+
+    def press(button: str, name: str = "renamed") -> None:
+        b.press("#keys-table tbody tr", name, button)
+
     assert row().find_element(By.CSS_SELECTOR, ".remain").text == "2.00"
     # Renaming alone keeps the quota, even if the key spent while the form was open.
-    row().find_element(By.CSS_SELECTOR, "button.edit").click()
+    press("button.edit", "throwaway")
     b.type("#k-name", "renamed")
     tok = [k for k in env["api"].get("/api/token/")["data"]["items"] if k["name"] == "throwaway"][0]
     env["api"].put("/api/token/", {"id": tok["id"], "remain_quota": 900_000})  # spent meanwhile
@@ -191,16 +193,16 @@ def test_keys_edit_disable_enable_delete(relay, env, b):
     b.wait(lambda d: (r := row()) and r.get_attribute("data-name") == "renamed", what="renamed")
     assert [k for k in env["api"].get("/api/token/")["data"]["items"]
             if k["id"] == tok["id"]][0]["remain_quota"] == 900_000
-    row().find_element(By.CSS_SELECTOR, "button.edit").click()
+    press("button.edit")
     b.type("#k-quota", "3")
     b.click("#key-save")
     b.wait(lambda d: (r := row()) and r.get_attribute("data-name") == "renamed"
            and r.find_element(By.CSS_SELECTOR, ".remain").text == "3.00", what="edited")
-    row().find_element(By.CSS_SELECTOR, "button.toggle").click()
+    press("button.toggle")
     b.wait(lambda d: (r := row()) and "Disabled" in r.text, what="disabled")
-    row().find_element(By.CSS_SELECTOR, "button.toggle").click()
+    press("button.toggle")
     b.wait(lambda d: (r := row()) and "Enabled" in r.text, what="enabled")
-    row().find_element(By.CSS_SELECTOR, "button.delete").click()
+    press("button.delete")
     b.driver.switch_to.alert.accept()
     b.wait(lambda d: not [r for r in b.all("#keys-table tbody tr")
                           if r.get_attribute("data-name") == "renamed"], what="deleted")

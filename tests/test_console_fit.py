@@ -158,9 +158,7 @@ def test_phone_tables_are_cards_with_reachable_actions(relay, env, upstream):
             br.js("document.querySelector(arguments[0]).scrollIntoView()", table)
             br.screenshot(shot)
         br.get(relay.url + "/console/keys")
-        row = br.wait(lambda d: [r for r in br.all("#keys-table tbody tr")
-                                 if r.get_attribute("data-name") == "staging"], what="row")[0]
-        row.find_element("css selector", "button.edit").click()
+        br.press("#keys-table tbody tr", "staging", "button.edit")
         br.visible("#key-save")
         assert_reachable(br, "#key-save")
         br.screenshot("phone-key-form")
