@@ -37,6 +37,8 @@ from pymongo import MongoClient  # noqa: E402
 
 from models.embedded import EmbeddedMongo, secantus_command  # noqa: E402
 from models.store import all_of  # noqa: E402
+from relay.pricing import USAGE_FIELDS  # noqa: E402
+from relay.usage import stored  # noqa: E402
 from tests.helpers import free_port, wait_port  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -61,15 +63,21 @@ def start(name: str, where: str):
     return f"mongodb://127.0.0.1:{port}/?directConnection=true", stop, proc.pid
 
 
+FULL = False  # --full-records: every field, as records were stored before relay/usage.stored()
+
+
 def record(pid: str, seq: int, user: int, token: int) -> dict:
-    return {"_id": uuid.uuid4().hex, "user_id": user, "username": f"u{user}", "token_id": token,
-            "token_name": "k", "group": "default", "model": "gpt-4o-mini",
-            "upstream_model": "gpt-4o-mini", "channel_id": 1, "endpoint": "chat", "face": "openai",
-            "prompt_tokens": 10, "completion_tokens": 3, "cached_tokens": 0, "units": 0,
-            "cost": 8, "quota": 8, "unpaid": 0, "estimated": False, "duration_ms": 3,
-            "ttfb_ms": 2, "status": 200, "stream": False, "client_ip": "127.0.0.1",
-            "billing_mode": "per_token", "error": "", "created_at": time.time(),
-            "proc": pid, "seq": seq, "token_limited": True}
+    """A plain call's usage record, as relay/service.py makes it and the
+    flusher stores it (relay/usage.stored(): default fields left out)."""
+    doc = {"_id": uuid.uuid4().hex, "user_id": user, "username": f"u{user}", "token_id": token,
+           "token_name": "k", "group": "default", "model": "gpt-4o-mini",
+           "upstream_model": "gpt-4o-mini", "channel_id": 1, "endpoint": "chat", "face": "openai",
+           **{f: 0 for f in USAGE_FIELDS}, "prompt_tokens": 10, "completion_tokens": 3,
+           "cost": 8, "quota": 8, "unpaid": 0, "estimated": False, "duration_ms": 3,
+           "ttfb_ms": 2, "status": 200, "stream": False, "client_ip": "127.0.0.1",
+           "billing_mode": "per_token", "error": "", "created_at": time.time(),
+           "proc": pid, "seq": seq, "token_limited": True}
+    return doc if FULL else stored(doc)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -171,7 +179,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--servers", default="nx,secantus")
     ap.add_argument("--no-fidelity", action="store_true")
+    ap.add_argument("--full-records", action="store_true",
+                    help="store every field, default ones too (as before relay/usage.stored())")
     args = ap.parse_args()
+    global FULL
+    FULL = args.full_records
     results = []
     for name in args.servers.split(","):
         print(f"{name}: {args.records:,} records in batches of {args.batch}", flush=True)
@@ -184,7 +196,8 @@ def main() -> None:
               f"{r['tick_p50_ms']:>8}/{r['tick_p99_ms']:<8} {r['server_cpu_us_per_record']:>10} "
               f"{str(r['fidelity_failures']):>14} {'ok' if r['books_balance'] else 'WRONG'}")
     os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, f"store-{'-'.join(args.servers.split(','))}.json"), "w") as fh:
+    name = "-".join(args.servers.split(",")) + ("-full" if FULL else "")
+    with open(os.path.join(RESULTS, f"store-{name}.json"), "w") as fh:
         json.dump({"load_average": os.getloadavg(), "results": results}, fh, indent=1)
 
 
