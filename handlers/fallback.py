@@ -20,7 +20,7 @@ import difflib
 import json
 import re
 
-from handlers.base import RelayHandler
+from handlers.relay_base import RelayHandler
 from relay.errors import RelayError
 
 # Served endpoints (the hint's targets).  /v1/responses is served by the

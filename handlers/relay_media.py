@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from handlers.base import RelayHandler
+from handlers.relay_base import RelayHandler
 from handlers.relay_openai import (BillingSubscriptionHandler, BillingUsageHandler, ChatHandler,
                                    CompletionsHandler, EmbeddingsHandler, ModelsHandler,
                                    ModerationsHandler, RerankHandler, _OpenAIRelay)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from handlers.base import RelayHandler
+from handlers.relay_base import RelayHandler
 from relay.errors import RelayError
 from relay.faces.openai import load_json
 

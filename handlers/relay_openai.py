@@ -6,7 +6,7 @@ Each route also answers without the /v1 prefix and with a trailing slash
 """
 from __future__ import annotations
 
-from handlers.base import RelayHandler
+from handlers.relay_base import RelayHandler
 from handlers.fallback import unsupported_error
 from models.records import QUOTA_PER_USD
 from relay.faces import completions, rerank

@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from handlers.base import RelayHandler
+from handlers.relay_base import RelayHandler
 from relay.faces import responses as face
 
 

@@ -8,7 +8,7 @@ never match the OpenAI /v1/models/{m} route, which excludes ':'.
 from __future__ import annotations
 
 
-from handlers.base import RelayHandler
+from handlers.relay_base import RelayHandler
 from handlers.fallback import NotFoundHandler
 from handlers.relay_openai import answer_models
 from relay.count_tokens import count_tokens

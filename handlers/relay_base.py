@@ -1,0 +1,215 @@
+"""The base of every relay route family (OpenAI, Anthropic, Gemini,
+Midjourney): the body streamed in under a limit, a refusal answered once the
+body is in, and the Sink the relay service writes an answer to.
+
+Collaborators come from `self.application.settings`, as for every handler
+(handlers/base.py).
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import tornado.web
+from tornado.ioloop import IOLoop
+from tornado.iostream import StreamClosedError
+
+from handlers.base import Base
+from relay import jsonin
+from relay.errors import RelayError, render
+from relay.upstream import Cancel
+
+
+def _refuse_after_body(prepare):
+    """Wraps a relay handler's own prepare(): a refusal there (no key, a
+    wrong key, an unknown path, a malformed upload header) is answered once
+    the body is in, the body dropped meanwhile.  Answering while the client
+    is still sending would close the connection under it, and the client
+    would see a reset instead of our answer.  413 is still answered at once:
+    that body is not going to be read."""
+    @functools.wraps(prepare)
+    async def wrapper(self):
+        try:
+            result = prepare(self)
+            if result is not None:
+                await result
+        except RelayError as err:
+            if err.status == 413:
+                raise
+            self.data_received = _drop
+            setattr(self, self.request.method.lower(), functools.partial(_raise, err))
+    return wrapper
+
+
+def _drop(chunk: bytes) -> None:
+    return None
+
+
+def _raise(err: Exception, *args, **kwargs):
+    raise err
+
+
+@tornado.web.stream_request_body
+class RelayHandler(Base):
+    """Base of every relay route family.
+
+    The body is streamed in, so that a body over the limit is refused with
+    413 before it is read, and so that uploads can be passed on as they come.
+    Subclasses set `family` ("openai", "anthropic", "gemini", "mj").
+    """
+
+    family = "openai"
+    buffer_body = True  # False: the subclass consumes data_received itself
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "prepare" in cls.__dict__:
+            cls.prepare = _refuse_after_body(cls.__dict__["prepare"])
+
+    def initialize(self) -> None:
+        self.cancel = Cancel()
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self.started = False
+        self.closed = False
+        self._flush_due = False
+
+    async def prepare(self) -> None:
+        limit = self.config.max_body_bytes
+        self.request.connection.set_max_body_size(limit + 1)
+        length = self.request.headers.get("Content-Length")
+        if length and length.isdigit() and int(length) > limit:
+            self._close = True  # answered unread: the client must not reuse the connection
+            raise RelayError(413, f"The request body is larger than the limit of "
+                                  f"{self.config.max_body_mb} MB.", "invalid_request_error",
+                             "request_too_large")
+
+    def data_received(self, chunk: bytes) -> None:
+        if not self.buffer_body:
+            return
+        self._size += len(chunk)
+        # Raising here would drop the connection without an answer (and log
+        # a traceback): the body is dropped instead, and `body` says 413.
+        if self._size > self.config.max_body_bytes:
+            self._chunks = []
+        else:
+            self._chunks.append(chunk)
+
+    @property
+    def body(self) -> bytes:
+        if self._size > self.config.max_body_bytes:
+            raise RelayError(413, f"The request body is larger than the limit of "
+                                  f"{self.config.max_body_mb} MB.", "invalid_request_error",
+                             "request_too_large")
+        if len(self._chunks) != 1:
+            self._chunks = [b"".join(self._chunks)]
+        return self._chunks[0]
+
+    # ---- the key ------------------------------------------------------------
+    def api_key(self) -> str | None:
+        h = self.request.headers
+        auth = h.get("Authorization", "")
+        if auth[:7].lower() == "bearer ":
+            key = auth[7:].strip()
+            if key:
+                return key
+        for name in ("x-api-key", "x-goog-api-key", "mj-api-secret"):
+            if h.get(name):
+                return h.get(name).strip()
+        key = self.get_query_argument("key", None)
+        return key.strip() if key else None
+
+    async def auth(self):
+        return await self.ctx["service"].authenticate(self.api_key(), self.client_ip(),
+                                                      self.request.host)
+
+    async def run_relay(self, auth, call, face, after=None) -> None:
+        """Relay one call through the service and write its answer in the
+        face's format (streams were written as they came).  `after(out)`,
+        if given, runs once the call is settled, before the answer is
+        finished."""
+        out = await self.ctx["service"].relay(call, auth, self, face, self.cancel)
+        if after is not None:
+            await after(out)
+        if out.error is not None:
+            return self.send_error_body(out.error)
+        if call.stream:
+            if not self.closed:
+                self.finish()
+            return
+        self.set_header("Content-Type", "application/json")
+        if out.raw is not None:
+            self.finish(out.raw)
+        else:
+            self.finish(json.dumps(face.render(call, out.body), ensure_ascii=False))
+
+    # ---- errors -------------------------------------------------------------
+    def write_error(self, status_code: int, **kwargs) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, jsonin.BadInput):
+            exc = jsonin.relay_error(exc)
+        if not isinstance(exc, RelayError):
+            if isinstance(exc, tornado.web.HTTPError) and status_code < 500:
+                exc = RelayError(status_code, exc.log_message or self._reason)
+            else:
+                exc = RelayError(500, "Internal error.", "server_error", "internal_error")
+        self.send_error_body(exc)
+
+    def send_error_body(self, err: RelayError) -> None:
+        if self.started:
+            self.finish()
+            return
+        self.clear()
+        self.set_default_headers()
+        if getattr(self, "_close", False):
+            self.set_header("Connection", "close")
+        self.set_status(err.status, _REASONS.get(err.status))
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        for k, v in getattr(err, "headers", {}).items():
+            self.set_header(k, v)
+        self.finish(json.dumps(render(self.family, err, self.request_id), ensure_ascii=False))
+
+    # ---- the Sink the service writes to ------------------------------------
+    def start(self, status: int, headers: dict) -> None:
+        self.started = True
+        self.set_status(status)
+        for k, v in headers.items():
+            self.set_header(k, v)
+
+    def write(self, data) -> None:  # noqa: D401 - also tornado's write
+        if self.closed:
+            return
+        super().write(data)
+        if self.started and not isinstance(data, dict) and not self._flush_due:
+            # One socket write per event-loop turn, however many chunks the
+            # upstream delivered in it.
+            self._flush_due = True
+            IOLoop.current().add_callback(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_due = False
+        if not self.closed and not self._finished:
+            self.flush().add_done_callback(self._flushed)
+
+    def _flushed(self, fut) -> None:
+        if fut.exception() is not None:  # the client went away mid-write
+            self.closed = True
+            self.cancel.cancelled = True
+
+    def pending(self) -> int:
+        stream = self.request.connection.stream
+        return getattr(stream, "_write_buffer_size", 0) if stream is not None else 0
+
+    async def drain(self) -> None:
+        while self.pending() > 0 and not self.closed:
+            try:
+                await self.flush()
+            except StreamClosedError:
+                self.closed = True
+
+    def on_connection_close(self) -> None:
+        self.closed = True
+        self.cancel.cancelled = True
+
+
+_REASONS = {524: "A Timeout Occurred", 499: "Client Closed Request"}
