@@ -24,23 +24,30 @@ log = logging.getLogger("relay.bus")
 
 class Bus:
     def __init__(self):
-        self._subs: dict[str, list[Callable]] = defaultdict(list)
+        # topic -> [(fn, is a coroutine function)]: publish runs after every
+        # settle, so what inspect would tell each time is asked once.
+        self._subs: dict[str, list[tuple[Callable, bool]]] = defaultdict(list)
 
     def subscribe(self, topic: str, fn: Callable[[str, dict], Any]) -> Callable[[], None]:
         """Register fn(topic, data) for a topic ("*" for all); returns an unsubscribe."""
-        self._subs[topic].append(fn)
+        entry = (fn, inspect.iscoroutinefunction(fn))
+        self._subs[topic].append(entry)
 
         def unsubscribe() -> None:
             try:
-                self._subs[topic].remove(fn)
+                self._subs[topic].remove(entry)
             except ValueError:
                 pass
         return unsubscribe
 
     def publish(self, topic: str, data: dict) -> None:
-        for fn in list(self._subs.get(topic, ())) + list(self._subs.get("*", ())):
+        subs = self._subs.get(topic)
+        anyone = self._subs.get("*")
+        if not subs and not anyone:
+            return
+        for fn, is_async in (subs or []) + (anyone or []):
             try:
-                if inspect.iscoroutinefunction(fn):
+                if is_async:
                     task = asyncio.get_running_loop().create_task(fn(topic, data))
                     task.add_done_callback(_log_failure)
                 else:

@@ -90,6 +90,9 @@ class BinaryStream(StreamReader):
 # The string fields delta_text() reads, as they appear in a chunk's JSON (`text`: a legacy
 # completion chunk).
 _DELTA_TEXT = re.compile(r'"(?:content|reasoning_content|name|arguments|text)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_DELTA_TEXT_B = re.compile(_DELTA_TEXT.pattern.encode())
+# An event ends at a blank line (relay/sse.py's three line endings).
+_EVENT_END = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
 
 def delta_text(chunk: dict) -> str:
@@ -164,9 +167,10 @@ class OpenAIStream(StreamReader):
     """OpenAI SSE from the upstream.
 
     `lazy` is the pass-through fast path (an OpenAI client, no model rename):
-    events go out as they came and are only parsed when they may carry usage;
-    the generated text, needed only to estimate a call that lost its usage,
-    is parsed from the kept event data on demand.
+    complete events go out as the bytes that came, unparsed, unless they may
+    carry usage or end the stream; the generated text, needed only to
+    estimate a call that lost its usage, is kept JSON-escaped and decoded on
+    demand (a tenth of the memory of the events, for an open stream).
     """
 
     def __init__(self, keep_raw: bool, lazy: bool = False):
@@ -174,7 +178,8 @@ class OpenAIStream(StreamReader):
         self.parser = sse.SSEParser()
         self.keep_raw = keep_raw
         self.lazy = lazy and keep_raw
-        self._unparsed: list[str] = []
+        self._escaped: list[bytes] = []
+        self._tail = b""  # lazy: an event not yet complete
 
     def _events(self, events) -> list[Chunk]:
         out = []
@@ -184,13 +189,7 @@ class OpenAIStream(StreamReader):
                 continue
             raw = sse.encode(ev.data, ev.event or None) if self.keep_raw else None
             if self.lazy and '"usage"' not in ev.data:
-                # Only the generated text is kept (still JSON-escaped), not
-                # the event: a tenth of the memory for an open stream.
-                frags = _DELTA_TEXT.findall(ev.data)
-                if frags:
-                    self._unparsed.append("".join(frags))
-                    if len(self._unparsed) >= 64:
-                        self._unparsed = ["".join(self._unparsed)]
+                self._keep_text(b"".join(_DELTA_TEXT_B.findall(ev.data.encode())))
                 out.append(Chunk(None, raw))
                 continue
             try:
@@ -203,20 +202,55 @@ class OpenAIStream(StreamReader):
             out.append(Chunk(doc, raw))
         return out
 
+    def _keep_text(self, escaped: bytes) -> None:
+        if escaped:
+            self._escaped.append(escaped)
+            if len(self._escaped) >= 64:
+                self._escaped = [b"".join(self._escaped)]
+
     @property
     def text(self) -> str:
-        if self._unparsed:
+        if self._escaped:
+            escaped = b"".join(self._escaped).decode("utf-8", "replace")
+            self._escaped.clear()
             try:
-                self.text_parts.append(json.loads('"' + "".join(self._unparsed) + '"'))
+                self.text_parts.append(json.loads('"' + escaped + '"'))
             except ValueError:
                 pass
-            self._unparsed.clear()
         return "".join(self.text_parts)
 
     def feed(self, data: bytes) -> list[Chunk]:
+        if self.lazy:
+            return self._pass(data)
         return self._events(self.parser.feed(data))
 
+    def _pass(self, data: bytes) -> list[Chunk]:
+        buf = self._tail + data if self._tail else data
+        end = max(buf.rfind(sep) + len(sep) if sep in buf else 0 for sep in _EVENT_END)
+        self._tail = buf[end:]
+        if len(self._tail) > self.parser.max_event:
+            raise ValueError("server-sent event larger than the limit")
+        if not end:
+            return []
+        done = buf[:end] if end < len(buf) else buf
+        hits = [i for i in (done.find(b'"usage"'), done.find(b"[DONE]")) if i >= 0]
+        if not hits:
+            return self._forward(done)
+        # The events before the first that may carry usage or end the
+        # stream still leave as they came; from there on they are read.
+        start = max(done.rfind(sep, 0, min(hits)) + len(sep) if done.rfind(sep, 0, min(hits)) >= 0
+                    else 0 for sep in _EVENT_END)
+        return (self._forward(done[:start]) if start else []) + \
+            self._events(self.parser.feed(done[start:]))
+
+    def _forward(self, events: bytes) -> list[Chunk]:
+        self._keep_text(b"".join(_DELTA_TEXT_B.findall(events)))
+        return [Chunk(None, events)]
+
     def finish(self) -> list[Chunk]:
+        if self._tail:
+            tail, self._tail = self._tail, b""
+            return self._events(self.parser.feed(tail)) + self._events(self.parser.flush())
         return self._events(self.parser.flush())
 
 
