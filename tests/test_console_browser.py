@@ -308,3 +308,39 @@ def test_notification_subscription_and_test_to_a_local_webhook(relay, env, b):
         no_script_errors(b)
     finally:
         hook.stop()
+
+
+def test_account_lists_sessions_signs_one_out_and_then_everywhere(relay, admin, fresh_b):
+    admin.create_user("wren", PASSWORD)
+    phone = requests.Session()  # another browser of the same account
+    r = phone.post(relay.url + "/api/user/login", json={"username": "wren", "password": PASSWORD},
+                   headers={"User-Agent": "PhoneBrowser/1.0"})
+    assert r.status_code == 200, r.text
+    laptop = requests.Session()
+    r = laptop.post(relay.url + "/api/user/login", json={"username": "wren", "password": PASSWORD},
+                    headers={"User-Agent": "LaptopBrowser/2.0"})
+    assert r.status_code == 200, r.text
+    b = fresh_b
+    b.login(relay.url, "wren", PASSWORD)
+    b.get(relay.url + "/console/account")
+    b.find("body[data-ready='1']")
+    rows = b.wait(lambda d: len(b.texts("#sessions-table tbody tr")) == 3
+                  and b.texts("#sessions-table tbody tr"), what="three sessions")
+    assert sum("This browser" in r for r in rows) == 1
+    assert any("PhoneBrowser/1.0" in r for r in rows) and any("LaptopBrowser/2.0" in r for r in rows)
+    # One other browser signed out: its cookie is refused at once.
+    phone_id = [s["id"] for s in requests.get(relay.url + "/api/user/sessions",
+                                              cookies=phone.cookies).json()["data"]
+                if s["agent"] == "PhoneBrowser/1.0"][0]
+    b.click(f"#sessions-table tr[data-id='{phone_id}'] button.end")
+    b.wait(lambda d: len(b.texts("#sessions-table tbody tr")) == 2, what="two sessions left")
+    assert phone.get(relay.url + "/api/user/self").status_code == 401
+    assert laptop.get(relay.url + "/api/user/self").status_code == 200
+    # Everywhere: this browser goes to the sign-in page, the laptop is out too.
+    b.click("#sign-out-everywhere")
+    b.driver.switch_to.alert.accept()
+    b.wait(lambda d: "/console/login" in d.current_url, what="the sign-in page")
+    assert laptop.get(relay.url + "/api/user/self").status_code == 401
+    b.get(relay.url + "/console/account")
+    assert "/console/login" in b.driver.current_url
+    no_script_errors(b)

@@ -1,7 +1,7 @@
 import { t } from '../i18n.js';
-import { put } from '../api.js';
+import { del, get, post, put } from '../api.js';
 import { boot } from '../common.js';
-import { $, showError, showOk, formData } from '../ui.js';
+import { $, el, fillRows, formData, showError, showOk, toast, when } from '../ui.js';
 
 boot();
 const form = $('#password-form');
@@ -17,6 +17,7 @@ form.addEventListener('submit', async (ev) => {
     await put('/api/user/self', { original_password: body.original_password, password: body.password });
     form.reset();
     showOk(status, t('account.changed'));
+    loadSessions().catch(() => {});
     const next = new URLSearchParams(location.search).get('next') || '';
     // Only a path on this server: never an open redirect.
     if ($('#must-change')) setTimeout(() => { location.href = next.startsWith('/console') ? next : '/console/'; }, 800);
@@ -26,4 +27,37 @@ form.addEventListener('submit', async (ev) => {
     $('#password-save').disabled = false;
   }
 });
-document.body.dataset.ready = '1';
+
+// Signed-in sessions: each browser, with a way to sign one or all of them out.
+async function loadSessions() {
+  const rows = (await get('/api/user/sessions')).map((s) => el('tr', { dataset: { id: s.id } },
+    el('td', {}, when(s.created)),
+    el('td', {}, when(s.expires)),
+    el('td', {}, s.ip || '–'),
+    el('td', { class: 'agent' }, s.agent || '–'),
+    el('td', {}, s.current ? el('span', { class: 'badge' }, t('account.this_one'))
+      : el('button', { class: 'secondary end', type: 'button', onclick: () => endSession(s.id) },
+        t('account.end')))));
+  fillRows($('#sessions-table tbody'), rows, 5);
+}
+
+async function endSession(id) {
+  try {
+    await del(`/api/user/sessions/${encodeURIComponent(id)}`);
+    toast(t('account.ended'));
+  } catch (err) {
+    showError(null, err);
+  }
+  await loadSessions();
+}
+
+$('#sign-out-everywhere').addEventListener('click', async () => {
+  if (!window.confirm(t('account.everywhere_confirm'))) return;
+  try {
+    await post('/api/user/logout', { everywhere: true });
+  } finally {
+    location.href = '/console/login';
+  }
+});
+
+loadSessions().catch((err) => showError(null, err)).finally(() => { document.body.dataset.ready = '1'; });
