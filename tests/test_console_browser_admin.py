@@ -126,6 +126,57 @@ def test_admin_users_codes_groups_and_settings(relay, admin, admin_b, env):
     no_script_errors(br)
 
 
+def test_admin_chooses_which_groups_users_may_put_keys_in(relay, admin, admin_b):
+    """Usable groups from the console: a group's list for its users, then one
+    user's own list, then back to the group's; what the user's key form is
+    offered follows, and a key in a group no longer allowed is refused."""
+    admin.post("/api/group/", {"name": "ug-cheap", "rate": 0.1})
+    admin.post("/api/group/", {"name": "ug-vip", "rate": 2})
+    admin.post("/api/group/", {"name": "ug-staff", "rate": 1})
+    admin.create_user("ivo", PASSWORD)
+    admin.put("/api/user/", {"id": [u for u in admin.get("/api/user/?size=100")["data"]["items"]
+                                    if u["username"] == "ivo"][0]["id"], "group": "ug-staff"})
+    ivo = Api.login(relay.url, "ivo", PASSWORD)
+
+    def offered() -> set:
+        return {g["name"] for g in ivo.get("/api/group/")["data"]}
+
+    assert offered() == {"ug-staff"}
+    br = admin_b
+    br.get(relay.url + "/console/admin/groups")
+    br.press("#groups-table tbody tr", "ug-staff", "button")  # its Edit button comes first
+    br.wait(lambda d: br.find("#g-name").get_attribute("value") == "ug-staff", what="staff in the form")
+    br.type("#g-usable", "ug-vip, nope")
+    br.click("#group-form button[type='submit']")
+    br.wait(lambda d: "nope" in br.text("#group-status"), what="unknown group refused")
+    br.type("#g-usable", "ug-vip")
+    br.click("#group-form button[type='submit']")
+    br.wait(lambda d: [r for r in br.texts("#groups-table tbody tr") if r.startswith("ug-staff")
+                       and "ug-vip" in r], what="staff's list shown")
+    assert offered() == {"ug-staff", "ug-vip"}
+
+    br.get(relay.url + "/console/admin/users")
+    br.press("#users-table tbody tr", "ivo", "button.groups")
+    assert br.find("#ug-inherit").is_selected()
+    br.click("#ug-inherit")
+    br.type("#ug-list", "ug-cheap")
+    br.click("#groups-form button[type='submit']")
+    br.wait(lambda d: offered() == {"ug-staff", "ug-cheap"}, what="ivo's own list")
+    key = ivo.post("/api/token/", {"name": "k", "group": "ug-cheap"})["data"]
+    assert ivo.post("/api/token/", {"name": "k2", "group": "ug-vip"}, expect=403)
+    # Back to the group's list: the key in "ug-cheap" is now refused at its call.
+    br.press("#users-table tbody tr", "ivo", "button.groups")
+    br.wait(lambda d: br.find("#ug-list").get_attribute("value") == "ug-cheap", what="list shown")
+    br.click("#ug-inherit")
+    br.click("#groups-form button[type='submit']")
+    br.wait(lambda d: offered() == {"ug-staff", "ug-vip"}, what="the group's list again")
+    r = requests.post(relay.url + "/v1/chat/completions", json={
+        "model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {key['key']}"}, timeout=30)
+    assert r.status_code == 403 and "ug-cheap" in r.json()["error"]["message"], r.text
+    no_script_errors(br)
+
+
 def test_announcement_published_reaches_open_consoles(relay, admin_b, b):
     b.get(relay.url + "/console/")
     b.find("#live-dot.open")

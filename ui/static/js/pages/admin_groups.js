@@ -8,6 +8,7 @@ let groups = [];
 
 function row(g) {
   return el('tr', { dataset: { name: g.name } }, el('td', {}, g.name), el('td', {}, `×${g.rate}`), el('td', {}, g.description),
+    el('td', { class: 'usable' }, (g.usable_groups || []).join(', ')),
     el('td', {}, g.enabled ? t('keys.enabled') : t('keys.disabled')),
     el('td', { class: 'actions' },
       el('button', { class: 'small secondary', onclick: () => edit(g) }, t('common.edit')),
@@ -21,12 +22,13 @@ function edit(g) {
   const f = $('#group-form');
   f.elements.name.value = g.name; f.elements.rate.value = g.rate;
   f.elements.description.value = g.description; f.elements.enabled.checked = g.enabled;
+  f.elements.usable_groups.value = (g.usable_groups || []).join(', ');
   f.elements.name.focus();
 }
 
 async function load() {
   groups = await get('/api/group/');
-  fillRows($('#groups-table tbody'), groups.map(row), 5);
+  fillRows($('#groups-table tbody'), groups.map(row), 6);
 }
 
 $('#group-form').addEventListener('submit', async (ev) => {

@@ -14,6 +14,7 @@ function row(u) {
     el('td', { class: 'actions' },
       el('button', { class: 'small adjust', onclick: () => adjust(u) }, t('admin.adjust')),
       el('button', { class: 'small secondary limits', onclick: () => limits(u) }, t('keys.limits')),
+      el('button', { class: 'small secondary groups', onclick: () => usable(u) }, t('admin.user_groups')),
       el('button', { class: 'small secondary', onclick: () => manage(u, u.status === 1 ? 'disable' : 'enable') },
         u.status === 1 ? t('keys.disable') : t('keys.enable')),
       // One's own password is changed on the Account page, with the current one.
@@ -87,5 +88,27 @@ $('#limits-form').addEventListener('submit', async (ev) => {
   try { await put('/api/user/', body); ldlg.close(); toast(t('common.saved')); await load(); } catch (e) { showError($('#limits-status'), e); }
 });
 ldlg.querySelector('.close').addEventListener('click', () => ldlg.close());
+// The groups a user may put keys in besides their own (null: their group's list).
+const gdlg = $('#groups-dialog');
+function usable(u) {
+  const f = $('#groups-form');
+  f.elements.id.value = u.id;
+  const inherit = u.usable_groups === null || u.usable_groups === undefined;
+  f.elements.inherit.checked = inherit;
+  f.elements.usable_groups.value = inherit ? '' : u.usable_groups.join(', ');
+  f.elements.usable_groups.disabled = inherit;
+  $('#groups-title').textContent = t('admin.user_groups_for', { name: u.username });
+  $('#groups-status').textContent = '';
+  openDialog(gdlg);
+}
+$('#ug-inherit').addEventListener('change', (ev) => { $('#ug-list').disabled = ev.target.checked; });
+$('#groups-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const f = ev.target;
+  const body = { id: Number(f.elements.id.value),
+    usable_groups: f.elements.inherit.checked ? null : f.elements.usable_groups.value };
+  try { await put('/api/user/', body); gdlg.close(); toast(t('common.saved')); await load(); } catch (e) { showError($('#groups-status'), e); }
+});
+gdlg.querySelector('.close').addEventListener('click', () => gdlg.close());
 $('#u-search').addEventListener('input', () => { clearTimeout(window.__s); window.__s = setTimeout(() => load().catch((e) => showError(null, e)), 300); });
 load().catch((e) => showError(null, e));
