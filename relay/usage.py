@@ -20,7 +20,7 @@ log = logging.getLogger("relay.usage")
 # A record stores a field only when it differs from these: most calls have
 # no cache, audio, image or reasoning tokens, no shortfall and no error, and
 # the embedded server's CPU per record grows with the record's size (14 of
-# a plain call's 39 fields; about a fifth of its insert cost).  Totals
+# a plain call's 39 fields; about 12% of its insert cost, bench/store.py).  Totals
 # `$sum` a missing field as 0 (tests/test_store_fidelity.py), and every
 # reader of a stored record goes through expand().
 DEFAULTS: dict[str, Any] = {**{f: 0 for f in USAGE_FIELDS
