@@ -24,6 +24,7 @@ import time
 from models.store import ReturnDocument
 from notify.channels.base import DeliveryError
 from notify.http import Refused
+from relay.background import cancel_and_wait
 
 log = logging.getLogger("relay.notify")
 
@@ -65,13 +66,8 @@ class Worker:
 
     async def stop(self) -> None:
         """Stop claiming; let sends in flight finish (they are bounded by the timeout)."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._inflight:
             await asyncio.wait(list(self._inflight), timeout=self.send_timeout + 2)
         for t in list(self._inflight):

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from models.store import DuplicateKeyError, PyMongoError, insert_records
+from relay.background import cancel_and_wait
 from relay.errors import RelayError
 from relay.journal import Journal
 from relay.leases import COLLECTIONS, TOKEN, USER, BillingUnavailable, Leases, QuotaExhausted
@@ -282,12 +283,7 @@ class Billing(Leases):
         Bounded by `timeout`: with the database gone, what is not written
         goes to the spill file and the leases stay for the next start."""
         for task in (self._flusher, self._guard, self._beat):
-            if task is not None:
-                task.cancel()
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):
-                    pass
+            await cancel_and_wait(task)
         self._flusher = self._guard = self._beat = None
         for res in list(self._open.values()):
             await self.refund(res)

@@ -22,6 +22,7 @@ from cachetools import LRUCache, TTLCache
 from models.records import Channel, Group, Price, Token, User
 from models.store import sort_by_id
 from relay import price_catalogue
+from relay.background import cancel_and_wait
 
 log = logging.getLogger("relay.catalog")
 
@@ -166,13 +167,8 @@ class Catalog:
             self._poller = asyncio.get_running_loop().create_task(self._poll_loop())
 
     async def stop_polling(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            try:
-                await self._poller
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._poller = None
+        await cancel_and_wait(self._poller)
+        self._poller = None
 
     async def _poll_loop(self) -> None:
         while True:

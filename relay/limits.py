@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 
 from models.store import DuplicateKeyError
+from relay.background import cancel_and_wait
 from relay.errors import RelayError
 
 log = logging.getLogger("relay.limits")
@@ -321,13 +322,8 @@ class Limiter:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.flush(release_all=True)
 
     async def _loop(self) -> None:

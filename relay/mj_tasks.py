@@ -22,6 +22,7 @@ import secrets
 import time
 
 from relay import registry
+from relay.background import cancel_and_wait
 from relay.pricing import Usage
 
 log = logging.getLogger("relay.mj")
@@ -131,13 +132,8 @@ class Poller:
         self._wake.set()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

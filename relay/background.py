@@ -1,0 +1,17 @@
+"""Background loops (flushers, pollers, workers): stopping one."""
+from __future__ import annotations
+
+import asyncio
+
+
+async def cancel_and_wait(task: asyncio.Task | None) -> None:
+    """Cancel a background loop and wait until it has stopped.  Whatever it
+    ended with is not raised: a loop logs its own failures, and a shutdown
+    must go on to flush what is left."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass
