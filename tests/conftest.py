@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from models.embedded import EmbeddedMongo  # noqa: E402
+from tests.fakes.openai_upstream import FakeOpenAI  # noqa: E402
 from tests.helpers import Api, RelayProcess  # noqa: E402
 
 
@@ -71,3 +72,12 @@ def fresh_relay(mongo_url, tmp_path):
 @pytest.fixture(scope="module")
 def admin(relay) -> Api:
     return Api.login(relay.url)
+
+
+@pytest.fixture(scope="module")
+def fake():
+    """A fake OpenAI upstream on a socket (tests/fakes/openai_upstream.py), one per
+    test module; a module that needs another upstream defines its own `fake`."""
+    f = FakeOpenAI().start()
+    yield f
+    f.stop()

@@ -6,17 +6,9 @@ import time
 import pytest
 import requests
 
-from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import Api
 
 MODEL = "gpt-4o"
-
-
-@pytest.fixture(scope="module")
-def fake():
-    f = FakeOpenAI().start()
-    yield f
-    f.stop()
 
 
 @pytest.fixture(scope="module")

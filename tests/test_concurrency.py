@@ -6,17 +6,9 @@ import time
 
 import pytest
 
-from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import Api
 
 MODEL = "gpt-4o-mini"
-
-
-@pytest.fixture(scope="module")
-def fake():
-    f = FakeOpenAI().start()
-    yield f
-    f.stop()
 
 
 @pytest.fixture(scope="module")

@@ -7,17 +7,9 @@ import pytest
 import requests
 from pymongo import MongoClient
 
-from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import Api, RelayProcess
 
 MODEL = "gpt-4o-mini"
-
-
-@pytest.fixture(scope="module")
-def fake():
-    f = FakeOpenAI().start()
-    yield f
-    f.stop()
 
 
 @pytest.fixture(scope="module")

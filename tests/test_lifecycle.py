@@ -10,17 +10,9 @@ import time
 import pytest
 import requests
 
-from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import ROOT, Api, RelayProcess, eventually, free_port, wait_port
 
 MODEL = "gpt-4o-mini"
-
-
-@pytest.fixture(scope="module")
-def fake():
-    f = FakeOpenAI().start()
-    yield f
-    f.stop()
 
 
 def _children(pid):

@@ -9,17 +9,9 @@ import io
 import pytest
 import requests
 
-from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import USER_PASSWORD, Api, eventually
 
 MODEL = "gpt-4o"
-
-
-@pytest.fixture(scope="module")
-def fake():
-    f = FakeOpenAI().start()
-    yield f
-    f.stop()
 
 
 @pytest.fixture(scope="module")

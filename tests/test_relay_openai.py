@@ -9,17 +9,9 @@ import openai
 import pytest
 import requests
 
-from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import Api, eventually
 
 MODEL = "gpt-4o-mini"
-
-
-@pytest.fixture(scope="module")
-def fake():
-    f = FakeOpenAI().start()
-    yield f
-    f.stop()
 
 
 @pytest.fixture(scope="module")

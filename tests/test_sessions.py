@@ -6,7 +6,6 @@ import uuid
 import pytest
 import requests
 
-from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import USER_PASSWORD, Api, RelayProcess, eventually
 
 MODEL = "gpt-4o-mini"
@@ -19,13 +18,6 @@ def relay(mongo_url, tmp_path_factory):
                      env={"RELAY_TRUSTED_PROXIES": "127.0.0.1/32, 10.9.0.0/16"}).start()
     yield p
     p.stop()
-
-
-@pytest.fixture(scope="module")
-def fake():
-    f = FakeOpenAI().start()
-    yield f
-    f.stop()
 
 
 def fresh_user(admin) -> str:
