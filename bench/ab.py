@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -72,9 +71,7 @@ def main() -> int:
                   f"{100 * (us - base) / base:+.1f}% cpu")
         return 0
     finally:
-        for child in reversed(children):
-            child.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        procs.tear_down(reversed(children), work)
 
 
 if __name__ == "__main__":

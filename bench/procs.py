@@ -105,6 +105,18 @@ def start_relay(workdir: str, admin_password: str, root: str = ROOT,
 
 
 # ---- /proc readings ---------------------------------------------------------
+def tear_down(children, work: str, keep: bool = False) -> None:
+    """Stop the children started (None: never started) and remove the work
+    directory, or say where its logs are."""
+    for child in children:
+        if child is not None:
+            child.stop()
+    if keep:
+        print(f"logs kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def status_kb(pid: int, field: str) -> int:
     """A kB figure from /proc/<pid>/status (VmHWM = peak resident set)."""
     try:

@@ -389,13 +389,7 @@ def main() -> int:
         print(f"\nwrote {args.out}")
         return 0 if billing_ok else 1
     finally:
-        for child in (relay, bare, upstream):
-            if child is not None:
-                child.stop()
-        if args.keep:
-            print(f"logs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        procs.tear_down((relay, bare, upstream), work, args.keep)
 
 
 if __name__ == "__main__":

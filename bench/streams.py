@@ -37,8 +37,6 @@ import http.client
 import json
 import os
 import resource
-import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -358,13 +356,7 @@ def main() -> int:
                   for r in rows)
         return 1 if bad else 0
     finally:
-        for child in (relay, upstream):
-            if child is not None:
-                child.stop()
-        if args.keep:
-            print(f"logs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        procs.tear_down((relay, upstream), work, args.keep)
 
 
 if __name__ == "__main__":
