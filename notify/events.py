@@ -60,8 +60,12 @@ class Events:
     # ---- raising -------------------------------------------------------------
     async def raise_event(self, event_id: str, etype: str, payload: dict) -> bool:
         """Record the event (once per id) and fan it out; False if it existed."""
-        doc = {"_id": event_id, "type": etype, "payload": payload, "created_at": self.clock(),
-               "fanned_out": False}
+        return await self._record_and_fan_out(
+            {"_id": event_id, "type": etype, "payload": payload, "created_at": self.clock(),
+             "fanned_out": False})
+
+    async def _record_and_fan_out(self, doc: dict) -> bool:
+        """Insert a new event and fan it out; False if its id is taken."""
         try:
             await self.db.notify_events.insert_one(doc)
         except DuplicateKeyError:
@@ -84,11 +88,7 @@ class Events:
             {"$set": fields}, return_document=ReturnDocument.AFTER)
         if doc is None:
             # None matched: the subject's first warning, or a recent one exists.
-            doc = {"_id": key, **fields}
-            try:
-                await self.db.notify_events.insert_one(doc)
-            except DuplicateKeyError:
-                return False
+            return await self._record_and_fan_out({"_id": key, **fields})
         await self.fan_out(doc)
         return True
 
