@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from relay.adaptors.base import Call, Chunk
 from relay.errors import bad_request
-from relay.faces.openai import load_json, render  # noqa: F401  (render: same as OpenAI's)
+from relay.faces.openai import load_json, render, require_model  # noqa: F401  (render: same as OpenAI's)
 
 FAMILY = "openai"
 
@@ -78,9 +78,7 @@ def parse_images(request_id: str, raw: bytes) -> Call:
 
 def parse_speech(request_id: str, raw: bytes) -> Call:
     doc = load_json(raw)
-    model = doc.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise bad_request("You must provide a model parameter.", "missing_model", "model")
+    model = require_model(doc)
     text = doc.get("input")
     if not isinstance(text, str) or not text:
         raise bad_request("'input' must be a non-empty string.", "missing_input", "input")
