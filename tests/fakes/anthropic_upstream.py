@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import struct
 
 import tornado.web
 from tornado.iostream import StreamClosedError
 
 from tests.fakes.agent_script import next_turn
 from tests.fakes.openai_upstream import FakeOpenAI
+from tests.fakes.server import reset_connection
 
 DEFAULT_TEXT = "Hello from the fake Anthropic upstream."
 THINKING_TEXT = "The user wants an answer; let me think it through."
@@ -243,9 +242,7 @@ class MessagesHandler(_Base):
             if delay:
                 await asyncio.sleep(delay)
             if mode == "reset" and n == 4:
-                self.request.connection.stream.socket.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.request.connection.stream.close()
+                reset_connection(self)
                 return
             if mode == "error_event" and n == 4:
                 self.write(_sse("error", {"type": "error", "error": {

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import struct
 
 import re
 
@@ -38,6 +36,7 @@ import tornado.web
 
 from tests.fakes.agent_script import next_turn
 from tests.fakes.openai_upstream import FakeOpenAI
+from tests.fakes.server import reset_connection
 
 DEFAULT_TEXT = "Hello from the fake Gemini upstream."
 THOUGHT = "Thinking about what the user asked."
@@ -209,9 +208,7 @@ class ModelHandler(_Base):
             if delay:
                 await asyncio.sleep(delay)
             if self.mode == "reset" and i == 1:
-                self.request.connection.stream.socket.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.request.connection.stream.close()
+                reset_connection(self)
                 return
             if self.mode == "error_chunk" and i == 1:
                 doc = {"error": {"code": 503, "message": "The model is overloaded.",

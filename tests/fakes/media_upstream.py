@@ -29,7 +29,6 @@ import base64
 import hashlib
 import io
 import math
-import socket
 import struct
 import time
 import wave
@@ -38,6 +37,7 @@ import tornado.httputil
 import tornado.web
 
 from tests.fakes.openai_upstream import FakeOpenAI, _Base, _err
+from tests.fakes.server import reset_connection
 
 AUDIO_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
                "wav": "audio/wav", "pcm": "audio/pcm"}
@@ -214,9 +214,7 @@ class SpeechHandler(_Base):
         step = 4096
         for i in range(0, len(audio), step):
             if "BREAK_MID_STREAM" in text and i >= len(audio) // 2:
-                self.request.connection.stream.socket.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.request.connection.stream.close()
+                reset_connection(self)
                 return
             self.write(audio[i:i + step])
             await self.flush()

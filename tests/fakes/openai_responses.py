@@ -42,13 +42,12 @@ import asyncio
 import json
 import re
 import secrets
-import socket
-import struct
 import time
 
 from tornado.iostream import StreamClosedError
 
 from tests.fakes.agent_script import next_turn
+from tests.fakes.server import reset_connection
 
 DEFAULT_TEXT = "Hello from the fake Responses upstream."
 # o1, o3, o4-mini, gpt-5...: the models that take a reasoning effort.
@@ -324,9 +323,7 @@ async def create(handler, doc: dict, fake, mode: str) -> None:
         if (fail == "cut" or mode == "reset") and deltas == 3:
             # Let the relay read what was sent: a reset discards unread data.
             await asyncio.sleep(0.2)
-            handler.request.connection.stream.socket.setsockopt(
-                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            handler.request.connection.stream.close()
+            reset_connection(handler)
             return
         if fail == "error_event" and deltas == 3:
             handler.write(f"event: error\ndata: {json.dumps({'type': 'error', 'code': 'server_error', 'message': 'The server had an error.', 'param': None, 'sequence_number': data['sequence_number']})}\n\n")

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import struct
 import time
 
@@ -48,7 +47,7 @@ from tornado.iostream import StreamClosedError
 
 from tests.fakes import openai_responses as responses
 from tests.fakes.agent_script import next_turn
-from tests.fakes.server import ThreadedServer
+from tests.fakes.server import ThreadedServer, reset_connection
 
 DEFAULT_TEXT = "Hello from the fake upstream."
 
@@ -162,9 +161,7 @@ class ChatHandler(_Base):
             if delay:
                 await asyncio.sleep(delay)
             if self.mode == "reset" and i == 3:
-                self.request.connection.stream.socket.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.request.connection.stream.close()
+                reset_connection(self)
                 return
             self.write(f"data: {json.dumps(ev)}\n\n")
             try:

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import threading
 
 import tornado.web
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
+
+
+def reset_connection(handler: tornado.web.RequestHandler) -> None:
+    """Drop the client's connection with a TCP reset (SO_LINGER 0), as an
+    upstream that dies mid-answer does."""
+    stream = handler.request.connection.stream
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    stream.close()
 
 
 class ThreadedServer:

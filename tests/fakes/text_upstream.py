@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import struct
 import time
 
 from tornado.iostream import StreamClosedError
 
 from tests.fakes.media_upstream import FakeMedia, ImageEditHandler, TranslationHandler
 from tests.fakes.openai_upstream import DEFAULT_TEXT, _Base, _err, _split
+from tests.fakes.server import reset_connection
 
 CATEGORIES = ("harassment", "harassment/threatening", "hate", "hate/threatening", "illicit",
               "illicit/violent", "self-harm", "self-harm/intent", "self-harm/instructions",
@@ -106,9 +105,7 @@ class CompletionsHandler(_Base):
             if delay:
                 await asyncio.sleep(delay)
             if self.mode == "reset" and k == 2:
-                self.request.connection.stream.socket.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.request.connection.stream.close()
+                reset_connection(self)
                 return
             self.write(f"data: {json.dumps(ev)}\n\n")
             try:
