@@ -20,7 +20,6 @@ import sys
 import time
 
 import tornado.web
-from tornado.httpserver import HTTPServer
 from tornado.ioloop import PeriodicCallback
 
 import settings as settings_mod
@@ -31,6 +30,7 @@ from models.responses import ResponseStore
 from models.seed import reset_root_password, seed
 from models.store import Store
 from notify.bus import Bus
+from relay import process
 from relay.billing import Billing
 from relay.catalog import Catalog
 from relay.scheduler import Scheduler
@@ -87,59 +87,6 @@ class DrainingHandler(tornado.web.RequestHandler):
         self.set_header("Retry-After", "1")
         self.finish({"error": {"message": "The server is restarting; try again.",
                                "type": "service_unavailable", "code": "shutting_down"}})
-
-
-class RelayHTTPServer(HTTPServer):
-    """Keeps TCP_NODELAY on for the whole life of each client connection.
-
-    Tornado turns it on at the end of every response and off again before
-    the next one: two system calls per request.  A relay wants every
-    streamed chunk sent at once anyway, so we set it once per connection.
-    """
-
-    def handle_stream(self, stream, address) -> None:
-        stream.set_nodelay(True)
-        stream.set_nodelay = _keep_nodelay
-        super().handle_stream(stream, address)
-
-
-def _keep_nodelay(value: bool) -> None:
-    return None
-
-
-def raise_open_file_limit() -> int:
-    """Lift the soft limit on open files to the hard one and return it.
-
-    Every open stream holds two descriptors (our client's socket and the
-    upstream's, one per HTTP/1.1 stream), so the usual soft limit of 1,024
-    would cap the relay at a few hundred streams."""
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard == resource.RLIM_INFINITY or hard > soft:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, ValueError, OSError):
-        return 0
-
-
-def tune_gc() -> None:
-    """Keep the cyclic collector from pausing the loop in proportion to the
-    open streams.
-
-    A finished call is freed by reference counting (relay/upstream.py
-    breaks its one cycle), so the collector's full passes find almost
-    nothing, yet each walks every live object: with 10,000 open streams
-    that is a million objects and a pause of a good part of a second,
-    taken again each time the live set grew by a quarter.  So: the objects
-    made at start are frozen out of its sight, full passes run on a timer
-    (see serve()) instead of by growth, and the middle generation is
-    collected every other young collection: while streams open, nearly
-    everything survives, and a middle generation ten batches deep (the
-    default) took 181 ms to walk at 10,000 streams."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(5_000, 2, 1_000_000)
 
 
 def _handlers() -> list:
@@ -293,12 +240,14 @@ async def serve(config, lock: DataDirLock, sockets: list) -> None:
     await start_workers(app, previous)
     lock.write(port=config.port, process_id=app.settings["billing"].pid,
                database=store.embedded.url if store.embedded else "", db_name=config.db_name)
-    files = raise_open_file_limit()
-    tune_gc()
+    files = process.raise_open_file_limit()
+    process.tune_gc()
+    process.tune_malloc()
     full_gc = PeriodicCallback(gc.collect, 300_000)  # what cycles rare paths leave
     full_gc.start()
-    server = RelayHTTPServer(app, xheaders=False, max_body_size=8 * 1024 * 1024,
-                             idle_connection_timeout=300)
+    server = process.RelayHTTPServer(app, xheaders=False, max_body_size=8 * 1024 * 1024,
+                                     idle_connection_timeout=300,
+                                     chunk_size=process.READ_CHUNK)
     # A burst of new streams must not overflow the accept queue (the kernel
     # caps this at net.core.somaxconn).
     for sock in sockets:

@@ -128,6 +128,9 @@ class RelayHandler(Base):
         face's format (streams were written as they came).  `after(out)`,
         if given, runs once the call is settled, before the answer is
         finished."""
+        # The call holds what it needs: a long stream need not keep the
+        # request's bytes as well (coding agents send 100 KB and more).
+        self._chunks = []
         out = await self.ctx["service"].relay(call, auth, self, face, self.cancel)
         if after is not None:
             await after(out)

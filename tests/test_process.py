@@ -1,0 +1,97 @@
+"""relay/process.py: the process-level settings the server applies at start.
+
+The write queues swapped into Tornado's IOStream are checked on a real
+socket pair: pending writes larger than the kernel's buffer, many small
+ones, futures resolved in order, and the bytes arriving intact."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import ctypes
+import platform
+import socket
+
+import pytest
+from tornado.iostream import IOStream
+
+from relay import process
+
+
+def _glibc() -> bool:
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
+@pytest.mark.skipif(not _glibc(), reason="mallopt is glibc's")
+def test_tune_malloc_is_accepted_by_glibc():
+    assert process.tune_malloc() is True
+    # A 16 KB block now comes from its own mapping: freeing it and asking
+    # again must still work (the allocator stays usable).
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    for size in (100, 16 * 1024 + 40, 70_000):
+        p = libc.malloc(size)
+        assert p
+        ctypes.memset(p, 7, size)
+        libc.free(p)
+
+
+def test_read_chunk_stays_below_the_mapping_threshold():
+    assert process.READ_CHUNK < process.MMAP_THRESHOLD
+
+
+async def _pair():
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    return IOStream(a), IOStream(b)
+
+
+def test_small_queues_replace_the_deques_of_a_fresh_stream():
+    async def go():
+        w, r = await _pair()
+        assert type(w._write_futures) is collections.deque
+        process._small_queues(w)
+        assert type(w._write_futures) is process._Queue
+        assert type(w._write_buffer._buffers) is process._Queue
+        w.close()
+        r.close()
+    asyncio.run(go())
+
+
+def test_a_stream_with_small_queues_delivers_every_byte_in_order():
+    async def go():
+        w, r = await _pair()
+        process._small_queues(w)
+        big = bytes(range(256)) * 4096          # 1 MB: far past the socket buffer
+        pieces = [b"%06d;" % i for i in range(3000)]
+        futures = [w.write(big)] + [w.write(p) for p in pieces] + [w.write(big[:70_000])]
+        expected = big + b"".join(pieces) + big[:70_000]
+        got = await asyncio.wait_for(r.read_bytes(len(expected)), 30)
+        await asyncio.wait_for(asyncio.gather(*futures), 30)
+        assert got == expected
+        assert not w._write_futures and not w._write_buffer._buffers
+        w.close()
+        r.close()
+    asyncio.run(go())
+
+
+def test_closing_with_writes_pending_fails_their_futures():
+    async def go():
+        w, r = await _pair()
+        process._small_queues(w)
+        fut = w.write(b"x" * 2_000_000)
+        w.close()
+        with pytest.raises(Exception):
+            await asyncio.wait_for(fut, 10)
+        r.close()
+    asyncio.run(go())
+
+
+def test_a_stream_already_used_keeps_its_own_queues():
+    class Odd:
+        _write_futures = collections.deque([1])
+    odd = Odd()
+    process._small_queues(odd)  # not empty, no write buffer: left alone
+    assert type(odd._write_futures) is collections.deque
