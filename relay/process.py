@@ -59,8 +59,9 @@ class _Queue(list):
 
     An empty deque holds a 64-slot block from the start: two per client
     connection (pending writes and their futures) were 1.5 KB of every open
-    stream, while an empty list is 56 bytes.  These queues hold a few
-    entries at most, so popping the head of a list costs nothing.
+    stream, while an empty list is 56 bytes.  They hold the writes not yet
+    on the wire, which the relay's back-pressure (MAX_PENDING in
+    relay/service.py) keeps few, so popping a list's head stays cheap.
     """
 
     __slots__ = ()
