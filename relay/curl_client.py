@@ -19,6 +19,13 @@ changes, and why:
 - HTTPS transfers wait for a connection that can multiplex (HTTP/2) rather
   than each opening its own socket; that is what keeps thousands of streams
   to one vendor within the process's open-file limit.
+- Fewer event-loop registrations.  Tornado removes and re-adds a socket's
+  handler at every wish libcurl states, even an unchanged one.  Here a
+  handler is changed in place, and libcurl's own wake-up descriptor (an
+  eventfd it asks us to watch while any transfer runs, and to stop watching
+  after each) stays registered for the client's life.  A socket that
+  libcurl closed and reopened under the same number without telling us
+  (Tornado's reason for re-adding) shows a new inode and is re-added.
 
 `fetch()` with an HTTPRequest keeps working (handles are made on demand
 there too), so this is a drop-in for the parts of Tornado's API we use.
@@ -26,18 +33,34 @@ there too), so this is a drop-in for the parts of Tornado's API we use.
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import time
 from typing import Callable
 
 import pycurl
 from tornado.curl_httpclient import CurlAsyncHTTPClient
 from tornado.httputil import HTTPHeaders
+from tornado.ioloop import IOLoop
 
 log = logging.getLogger("relay.upstream")
 
 _PROTOCOLS = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
 # Tornado's user agent, kept so upstreams see what they always saw.
 USER_AGENT = "Mozilla/5.0 (compatible; pycurl)"
+_EVENTS = {pycurl.POLL_NONE: IOLoop.NONE, pycurl.POLL_IN: IOLoop.READ,
+           pycurl.POLL_OUT: IOLoop.WRITE, pycurl.POLL_INOUT: IOLoop.READ | IOLoop.WRITE}
+_KEPT = -1  # the inode we record for a descriptor that is not a socket
+
+
+def _identity(fd: int) -> int:
+    """A socket's inode, _KEPT for anything else (libcurl's eventfd or
+    pipe), -2 for a descriptor already closed."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return -2
+    return st.st_ino if stat.S_ISSOCK(st.st_mode) else _KEPT
 
 
 class Transfer:
@@ -167,6 +190,7 @@ class CurlClient(CurlAsyncHTTPClient):
         self.ca_file = ca_file
         self._dirty: list[Transfer] = []
         self.active = 0
+        self._ids: dict[int, int] = {}  # fd -> _identity() when its handler was added
         # No handles up front: CurlAsyncHTTPClient.initialize makes
         # max_clients of them.
         super().initialize(max_clients=0, defaults=defaults, max_body_size=max_body_size)
@@ -177,7 +201,37 @@ class CurlClient(CurlAsyncHTTPClient):
 
     def close(self) -> None:
         self._curls = self._free_list
+        for fd in list(self._fds):
+            self._drop(fd)
         super().close()
+
+    # ---- sockets --------------------------------------------------------------
+    def _handle_socket(self, event: int, fd: int, multi, data) -> None:
+        fds = self._fds
+        have = fds.get(fd)
+        if event == pycurl.POLL_REMOVE:
+            if have is not None and self._ids.get(fd) != _KEPT:
+                self._drop(fd)
+            return
+        want = _EVENTS[event]
+        if have is not None and self._ids.get(fd) != _KEPT and _identity(fd) != self._ids.get(fd):
+            # Closed and reopened under the same number: the kernel took the
+            # old socket out of epoll by itself.
+            self._drop(fd)
+            have = None
+        if have is None:
+            self.io_loop.add_handler(fd, self._handle_events, want)
+            self._ids[fd] = _identity(fd)
+        elif have != want:
+            self.io_loop.update_handler(fd, want)
+        else:
+            return
+        fds[fd] = want
+
+    def _drop(self, fd: int) -> None:
+        self.io_loop.remove_handler(fd)
+        del self._fds[fd]
+        self._ids.pop(fd, None)
 
     # ---- handles made on demand, idle ones freed -----------------------------
     def _take(self) -> pycurl.Curl:

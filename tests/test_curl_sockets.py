@@ -1,0 +1,122 @@
+"""relay/curl_client.py's event-loop registrations, against a real socket.
+
+CurlClient changes a socket's handler in place and keeps libcurl's own
+wake-up descriptor registered, where Tornado removes and re-adds at every
+wish.  What must hold: every call completes, whether the upstream keeps the
+connection, closes it with `Connection: close`, or drops it silently while
+idle (libcurl then opens a new socket, often under the same number, and the
+old registration must not be taken for the new socket's); and a kept-alive
+connection costs fewer than one registration per call.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from relay.curl_client import CurlClient, Transfer
+
+BODY = b'{"ok":true}'
+
+
+class _Upstream(asyncio.Protocol):
+    """HTTP/1.1, one fixed answer per request; `mode` says what happens to
+    the connection after it."""
+
+    mode = "keep"
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.buf = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            head_end = self.buf.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = self.buf[:head_end].decode("latin1").lower()
+            length = 0
+            for line in head.split("\r\n"):
+                if line.startswith("content-length:"):
+                    length = int(line.split(":", 1)[1])
+            if len(self.buf) < head_end + 4 + length:
+                return
+            self.buf = self.buf[head_end + 4 + length:]
+            close = "Connection: close\r\n" if self.mode == "close" else ""
+            self.transport.write(
+                f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{close}"
+                f"Content-Length: {len(BODY)}\r\n\r\n".encode() + BODY)
+            if self.mode in ("close", "drop"):
+                self.transport.close()
+                return
+
+
+async def _serve(mode: str):
+    cls = type("Upstream", (_Upstream,), {"mode": mode})
+    server = await asyncio.get_running_loop().create_server(cls, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _calls(mode: str, n: int) -> tuple[list, int, int]:
+    server, port = await _serve(mode)
+    client = CurlClient()
+    loop = client.io_loop
+    counts = {"add": 0, "remove": 0}
+    add, remove = loop.add_handler, loop.remove_handler
+
+    def counted_add(*a):
+        counts["add"] += 1
+        return add(*a)
+
+    def counted_remove(*a):
+        counts["remove"] += 1
+        return remove(*a)
+
+    loop.add_handler, loop.remove_handler = counted_add, counted_remove
+    results = []
+    try:
+        for i in range(n):
+            t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x",
+                         ["Content-Type: application/json"], b'{"i":%d}' % i)
+            client.start(t)
+            err, msg = await asyncio.wait_for(t.done, 10)
+            results.append((err, t.status, b"".join(t.chunks)))
+            if mode == "drop":
+                await asyncio.sleep(0.005)  # the upstream's close reaches us while idle
+    finally:
+        loop.add_handler, loop.remove_handler = add, remove
+        client.close()
+        server.close()
+    return results, counts["add"], counts["remove"]
+
+
+@pytest.mark.parametrize("mode", ["keep", "close", "drop"])
+def test_every_call_completes_however_the_upstream_treats_its_connection(mode):
+    results, _, _ = asyncio.run(_calls(mode, 60))
+    assert results == [(0, 200, BODY)] * 60
+
+
+def test_a_kept_alive_connection_is_not_registered_again_for_every_call():
+    results, adds, removes = asyncio.run(_calls("keep", 60))
+    assert results == [(0, 200, BODY)] * 60
+    # Tornado's way: two adds and two removes a call (the socket and
+    # libcurl's wake-up eventfd, each re-added at every wish).
+    assert adds < 1.5 * 60 and removes < 1.5 * 60
+
+
+def test_closing_the_client_leaves_no_handler_behind():
+    async def go():
+        server, port = await _serve("keep")
+        client = CurlClient()
+        t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x", [], BODY)
+        client.start(t)
+        await asyncio.wait_for(t.done, 10)
+        fds = list(client._fds)
+        assert fds  # at least the wake-up descriptor stays registered
+        client.close()
+        assert not client._fds
+        handlers = client.io_loop.handlers
+        assert not [fd for fd in fds if fd in handlers]
+        server.close()
+    asyncio.run(go())
