@@ -191,6 +191,7 @@ class CurlClient(CurlAsyncHTTPClient):
         self._dirty: list[Transfer] = []
         self.active = 0
         self._ids: dict[int, int] = {}  # fd -> _identity() when its handler was added
+        self._unwatched: set[int] = set()  # kept fds libcurl is not watching now
         # No handles up front: CurlAsyncHTTPClient.initialize makes
         # max_clients of them.
         super().initialize(max_clients=0, defaults=defaults, max_body_size=max_body_size)
@@ -210,9 +211,13 @@ class CurlClient(CurlAsyncHTTPClient):
         fds = self._fds
         have = fds.get(fd)
         if event == pycurl.POLL_REMOVE:
-            if have is not None and self._ids.get(fd) != _KEPT:
-                self._drop(fd)
+            if have is not None:
+                if self._ids.get(fd) == _KEPT:
+                    self._unwatched.add(fd)
+                else:
+                    self._drop(fd)
             return
+        self._unwatched.discard(fd)
         want = _EVENTS[event]
         if have is not None and self._ids.get(fd) != _KEPT and _identity(fd) != self._ids.get(fd):
             # Closed and reopened under the same number: the kernel took the
@@ -232,6 +237,16 @@ class CurlClient(CurlAsyncHTTPClient):
         self.io_loop.remove_handler(fd)
         del self._fds[fd]
         self._ids.pop(fd, None)
+        self._unwatched.discard(fd)
+
+    def _handle_events(self, fd: int, events: int) -> None:
+        if fd in self._unwatched:
+            # A kept descriptor became ready while libcurl was not watching
+            # it: libcurl would ignore the event and the loop, level-
+            # triggered, would repeat it.  Let go; the next wish re-adds it.
+            self._drop(fd)
+            return
+        super()._handle_events(fd, events)
 
     # ---- handles made on demand, idle ones freed -----------------------------
     def _take(self) -> pycurl.Curl:

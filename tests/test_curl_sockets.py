@@ -120,3 +120,42 @@ def test_closing_the_client_leaves_no_handler_behind():
         assert not [fd for fd in fds if fd in handlers]
         server.close()
     asyncio.run(go())
+
+
+def test_a_kept_descriptor_ready_while_libcurl_does_not_watch_it_is_let_go():
+    """libcurl's wake-up eventfd stays registered between calls; should it
+    become readable then (libcurl signalling itself), the event must not
+    repeat for ever on a descriptor nobody will read."""
+    import os
+    import time
+
+    async def go():
+        server, port = await _serve("keep")
+        client = CurlClient()
+        t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x", [], BODY)
+        client.start(t)
+        await asyncio.wait_for(t.done, 10)
+        kept = [fd for fd in client._fds if fd in client._unwatched]
+        assert kept, "libcurl's wake-up descriptor is kept between calls"
+        calls = 0
+        handle = client._handle_events
+
+        def counted(fd, events):
+            nonlocal calls
+            calls += 1
+            return handle(fd, events)
+
+        client.io_loop.handlers[kept[0]] = (kept[0], counted)
+        os.eventfd_write(kept[0], 1)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.3:
+            await asyncio.sleep(0.01)
+        assert calls == 1
+        assert kept[0] not in client._fds
+        # and the next call re-adds it and still works
+        t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x", [], BODY)
+        client.start(t)
+        assert (await asyncio.wait_for(t.done, 10))[0] == 0
+        client.close()
+        server.close()
+    asyncio.run(go())
