@@ -52,6 +52,7 @@ HANDLER_MODULES = [
     "handlers.relay_mj",
     "handlers.api_signin",
     "handlers.api_user",
+    "handlers.api_user_admin",
     "handlers.api_token",
     "handlers.api_admin",
     "handlers.api_log",

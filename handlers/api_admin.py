@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 from decimal import Decimal
 
-from handlers.api_user import _int, group_list, paged
+from handlers.api_fields import _int, group_list, paged
 from handlers.base import ApiError, ApiHandler, ident
 from models.records import (MAX_QUOTA, PRICE_COMPONENTS, Price, User, parse_tiers, tiers_doc,
                             to_decimal)

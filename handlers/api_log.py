@@ -1,7 +1,7 @@
 """/api/log: usage records, filterable, with totals."""
 from __future__ import annotations
 
-from handlers.api_user import paged
+from handlers.api_fields import paged
 from handlers.base import ApiHandler
 from relay.pricing import USAGE_FIELDS
 from relay.usage import expand

@@ -3,7 +3,7 @@ delivery history, announcements and personal-push binding.  Thin: each
 handler parses, calls the Notifier (notify/service.py) and writes."""
 from __future__ import annotations
 
-from handlers.api_user import page_args
+from handlers.api_fields import page_args
 from handlers.base import ApiError, ApiHandler
 from handlers.base import ident as parse_ident
 from notify.push_binding import BindError

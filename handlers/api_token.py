@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 
-from handlers.api_user import _int, limit_fields, paged
+from handlers.api_fields import _int, limit_fields, paged
 from handlers.base import ApiError, ApiHandler, ident
 from models.records import (BILLING_MODES, LIMIT_FIELDS, MAX_QUOTA, TOKEN_DISABLED, TOKEN_ENABLED,
                             TOKEN_EXHAUSTED, TOKEN_EXPIRED, User, parse_networks)
