@@ -54,6 +54,8 @@ HANDLER_MODULES = [
     "handlers.api_user",
     "handlers.api_user_admin",
     "handlers.api_token",
+    "handlers.api_price",
+    "handlers.api_channel",
     "handlers.api_admin",
     "handlers.api_log",
     "handlers.api_notify",
