@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from models.store import DuplicateKeyError, PyMongoError, insert_records
 from relay.background import cancel_and_wait
 from relay.errors import RelayError
+from relay.flusher import Flusher
 from relay.journal import Journal
-from relay.leases import COLLECTIONS, TOKEN, USER, BillingUnavailable, Leases, QuotaExhausted
+from relay.leases import COLLECTIONS, TOKEN, USER, BillingUnavailable, QuotaExhausted
 from relay.usage import stored
 
 log = logging.getLogger("relay.billing")
@@ -42,7 +43,7 @@ class Reservation:
     charged: int = 0
 
 
-class Billing(Leases):
+class Billing(Flusher):
     """Reserve, settle, refund, credit and reverse: every movement of money."""
 
     def __init__(self, store, bus=None, process_id: str = "p", lease_chunk: int = 2_000_000,

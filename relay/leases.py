@@ -16,8 +16,8 @@ exists only as a usage record; the balances are made from records,
 idempotently.  Settling a call does, without an await in between: take the
 cost from the in-memory lease and put the record (with its process id P and
 a dense sequence number n) in the journal (relay/journal.py).  Each flush
-tick (every quarter of `usage_flush_interval`) then, in this order and
-whatever the load:
+tick (every quarter of `usage_flush_interval`; relay/flusher.py) then, in
+this order and whatever the load:
 
   1. inserts one bounded batch of the oldest records (insert_many; a record
      already there is a duplicate by _id, code 11000, and harmless);
@@ -63,17 +63,12 @@ server returns those flat): documents are read whole or by top-level field.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass, field
 
-from models.store import PyMongoError, insert_records
 from relay.errors import RelayError
 from relay.journal import Journal
 from relay.processes import Processes
-from relay.usage import stored
-
-log = logging.getLogger("relay.billing")
 
 USER, TOKEN = "user", "token"
 COLLECTIONS = {USER: "users", TOKEN: "tokens"}
@@ -113,16 +108,9 @@ class _Balance:
         return self.held - self.reserved
 
 
-def subjects_of(record: dict) -> list[tuple[str, int, bool]]:
-    """(kind, id, paid from a lease) for each balance a record moves."""
-    out = [(USER, record["user_id"], True)]
-    if record.get("token_id") is not None:
-        out.append((TOKEN, record["token_id"], bool(record.get("token_limited"))))
-    return out
-
-
 class Leases(Processes):
-    """Balances this process holds, and the flusher that makes charges durable."""
+    """Balances this process holds: leased from the store, spent in memory
+    (the flusher that makes charges durable: relay/flusher.py)."""
 
     collections = COLLECTIONS
 
@@ -231,158 +219,6 @@ class Leases(Processes):
         if b is None:
             return None
         return b.store_quota + b.other_leases + b.held, b.store_used + b.spent
-
-    # ---- the flusher ----------------------------------------------------------
-    def start(self) -> None:
-        if self._flusher is None:
-            loop = asyncio.get_running_loop()
-            self._flusher = loop.create_task(self._flush_loop())
-            self._guard = loop.create_task(self._guard_loop())
-            self._beat = loop.create_task(self._beat_loop())
-
-    async def _guard_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.flush_interval / 8)
-            try:
-                self.journal.guard(self.flush_interval)
-            except OSError as exc:
-                log.error("cannot write the spill file: %s", exc)
-
-    async def _beat_loop(self) -> None:
-        """Heartbeat and reclaim on their own timer: a slow flush must not
-        make this process look dead, nor stop it taking calls."""
-        while True:
-            await asyncio.sleep(self.stale_after / 12)
-            try:
-                await self._db(self.heartbeat())
-                await self._db(self.reclaim_stale())
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("billing heartbeat: %s; will retry", exc or type(exc).__name__)
-
-    async def _flush_loop(self) -> None:
-        while True:
-            busy = False
-            started = time.monotonic()
-            try:
-                busy = await self.flush()
-                for hook in self.after_flush:
-                    await self._db(hook())
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("billing flush: %s; will retry", exc or type(exc).__name__)
-            # Ticks start every quarter interval, so a record is normally
-            # stored long before the guard (at one interval) would move it to
-            # the spill file, even with a database slowed by load; a backlog
-            # drains a batch per tick without waiting.
-            await asyncio.sleep(0 if busy else
-                                max(self.flush_interval / 4 - (time.monotonic() - started), 0))
-
-    async def _db(self, aw):
-        return await asyncio.wait_for(aw, self.db_timeout)
-
-    async def flush(self, release_all: bool = False) -> bool:
-        """One tick: a bounded batch of records, then their balances, then idle
-        leases.  Returns True while older records wait in the spill file."""
-        async with self._flush_lock:
-            started = time.time()
-            batch, offset = self.journal.take()
-            # Our own records at or below applied_upto are a copy the guard
-            # wrote while a slow tick was still storing them.
-            batch = [r for r in batch if r["proc"] != self.pid or r["seq"] > self.applied_upto]
-            try:
-                if batch:
-                    await self._db(insert_records(self.store.db.usage, [stored(r) for r in batch]))
-                    await self._db(self._apply(batch))
-                self.journal.done(offset)
-            except BaseException:
-                self.journal.failed()
-                raise
-            mine = [r for r in batch if r["proc"] == self.pid]
-            if mine:
-                self.applied_upto = max(self.applied_upto, max(r["seq"] for r in mine))
-                self.applied_created = max(self.applied_created,
-                                           max(float(r.get("created_at") or 0) for r in mine))
-            if batch:
-                # `flushed_at`: every record made before it is in the database
-                # or the spill file (what the crash tests check against).
-                durable = started if not self.journal.memory else self.journal.memory[0][1].get(
-                    "created_at", started)
-                await self._db(self.store.db.processes.update_one(
-                    {"_id": self.pid}, {"$max": {"applied_upto": self.applied_upto,
-                                                 "applied_created": self.applied_created,
-                                                 "flushed_at": min(durable, started)}}))
-            await self._release_idle(release_all)
-            return not self.journal.spill.empty
-
-    async def _apply(self, records: list[dict]) -> None:
-        """Apply records to the balances, idempotently (see the docstring)."""
-        groups: dict[tuple, list] = {}
-        for r in records:
-            for kind, ident, leased in subjects_of(r):
-                groups.setdefault((r["proc"], kind, ident, leased), []).append(
-                    (int(r["seq"]), int(r.get("quota") or 0)))
-        for (proc, kind, ident, leased), items in groups.items():
-            await self._apply_one(proc, kind, ident, leased, items)
-            b = self._bal.get((kind, ident)) if proc in self.own_ids else None
-            if b is not None:
-                # At once, so a balance read meanwhile never counts it twice;
-                # by sequence, so a batch applied again is not taken off twice.
-                b.spent -= sum(q for s, q in items if s > b.applied_seq)
-                b.applied_seq = max([b.applied_seq] + [s for s, _ in items])
-
-    async def _apply_one(self, proc: str, kind: str, ident: int, leased: bool,
-                         items: list[tuple[int, int]]) -> int:
-        """Apply one process's records to one balance; returns the amount
-        newly applied by this call (all of the batch's spend is accounted
-        for either way: what is not applied now was applied before)."""
-        coll = self.store.db[COLLECTIONS[kind]]
-        mark, lease = f"applied.{proc}", f"leases.{proc}"
-        first, last = min(s for s, _ in items), max(s for s, _ in items)
-        total = sum(q for _, q in items)
-        # Flat filters, the usual case first: a `$or` would need `$and`
-        # around it on nx-27017 (models/compat.py), four times slower there.
-        marks: list = [{"$lt": first}, {"$exists": False}]
-        for _ in range(6):
-            attempts = []
-            for m in marks:
-                if not leased:
-                    attempts.append(({mark: m}, {"used_quota": total}))
-                else:
-                    attempts += [({mark: m, lease: {"$exists": True}},
-                                  {lease: -total, "used_quota": total}),
-                                 ({mark: m, lease: {"$exists": False}},
-                                  {"quota": -total, "used_quota": total})]
-            for flt, inc in attempts:
-                r = await coll.update_one({"_id": ident, **flt},
-                                          {"$inc": inc, "$set": {mark: last}})
-                if r.matched_count:
-                    return total
-            # Some of it was applied before (a retry, or a reclaim that raced
-            # a replay): apply only the records after the stored marker.
-            doc = await coll.find_one({"_id": ident}, {"applied": 1})
-            if doc is None:
-                log.error("usage of %s %s applied to nothing: the %s is gone", kind, ident, kind)
-                return total
-            seen = int((doc.get("applied") or {}).get(proc, 0))
-            rest = [(s, q) for s, q in items if s > seen]
-            if not rest:
-                return 0
-            first, total = min(s for s, _ in rest), sum(q for _, q in rest)
-            marks = [seen]
-        raise PyMongoError(f"could not apply usage to {kind} {ident}: it kept changing")
-
-    async def _release_idle(self, release_all: bool) -> None:
-        now = time.monotonic()
-        for b in list(self._bal.values()):
-            idle = b.reserved == 0 and now - b.touched > self.idle_release
-            if release_all or idle:
-                if b.held or (b.spent == 0 and b.available == 0):
-                    await self._db(self._release(b))
-                if idle and not b.held and not b.spent:
-                    self._bal.pop((b.kind, b.id), None)
 
     async def _release(self, b: _Balance) -> None:
         """Give this process's unreserved lease on `b` back to `quota`."""

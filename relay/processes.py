@@ -24,7 +24,8 @@ TOMBSTONE_DAYS = 7
 
 
 class Processes:
-    """Mixin of Leases: this process's document, and reclaiming dead ones."""
+    """Mixin of Leases: this process's document, and reclaiming dead ones
+    (whose records it applies with Flusher._apply, relay/flusher.py)."""
 
     async def register(self) -> None:
         await self.store.db.processes.update_one(
