@@ -61,7 +61,7 @@ class _Queue(list):
     connection (pending writes and their futures) were 1.5 KB of every open
     stream, while an empty list is 56 bytes.  They hold the writes not yet
     on the wire, which the relay's back-pressure (MAX_PENDING in
-    relay/service.py) keeps few, so popping a list's head stays cheap.
+    relay/attempts.py) keeps few, so popping a list's head stays cheap.
     """
 
     __slots__ = ()
