@@ -11,6 +11,8 @@ connection costs fewer than one registration per call.
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 
 import pytest
 
@@ -105,13 +107,18 @@ def test_a_kept_alive_connection_is_not_registered_again_for_every_call():
     assert adds < 1.5 * 60 and removes < 1.5 * 60
 
 
+async def _one_call(client: CurlClient, port: int) -> int:
+    t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x", [], BODY)
+    client.start(t)
+    err, _ = await asyncio.wait_for(t.done, 10)
+    return err
+
+
 def test_closing_the_client_leaves_no_handler_behind():
     async def go():
         server, port = await _serve("keep")
         client = CurlClient()
-        t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x", [], BODY)
-        client.start(t)
-        await asyncio.wait_for(t.done, 10)
+        assert await _one_call(client, port) == 0
         fds = list(client._fds)
         assert fds  # at least the wake-up descriptor stays registered
         client.close()
@@ -126,15 +133,10 @@ def test_a_kept_descriptor_ready_while_libcurl_does_not_watch_it_is_let_go():
     """libcurl's wake-up eventfd stays registered between calls; should it
     become readable then (libcurl signalling itself), the event must not
     repeat for ever on a descriptor nobody will read."""
-    import os
-    import time
-
     async def go():
         server, port = await _serve("keep")
         client = CurlClient()
-        t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x", [], BODY)
-        client.start(t)
-        await asyncio.wait_for(t.done, 10)
+        assert await _one_call(client, port) == 0
         kept = [fd for fd in client._fds if fd in client._unwatched]
         assert kept, "libcurl's wake-up descriptor is kept between calls"
         calls = 0
@@ -153,9 +155,7 @@ def test_a_kept_descriptor_ready_while_libcurl_does_not_watch_it_is_let_go():
         assert calls == 1
         assert kept[0] not in client._fds
         # and the next call re-adds it and still works
-        t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x", [], BODY)
-        client.start(t)
-        assert (await asyncio.wait_for(t.done, 10))[0] == 0
+        assert await _one_call(client, port) == 0
         client.close()
         server.close()
     asyncio.run(go())
