@@ -21,11 +21,14 @@ changes, and why:
   to one vendor within the process's open-file limit.
 - Fewer event-loop registrations.  Tornado removes and re-adds a socket's
   handler at every wish libcurl states, even an unchanged one.  Here a
-  handler is changed in place, and libcurl's own wake-up descriptor (an
-  eventfd it asks us to watch while any transfer runs, and to stop watching
-  after each) stays registered for the client's life.  A socket that
-  libcurl closed and reopened under the same number without telling us
-  (Tornado's reason for re-adding) shows a new inode and is re-added.
+  handler is changed in place, and the multi handle's own wake-up
+  descriptors (eventfds made with it and closed with it, which libcurl asks
+  us to watch while any transfer runs and to stop watching after each) stay
+  registered for the client's life.  Other descriptors, such as the
+  eventfd of one DNS lookup, are closed by libcurl after use and are let go
+  when it says.  A socket that libcurl closed and reopened under the same
+  number without telling us (Tornado's reason for re-adding) shows a new
+  inode and is re-added.
 
 `fetch()` with an HTTPRequest keeps working (handles are made on demand
 there too), so this is a drop-in for the parts of Tornado's API we use.
@@ -50,17 +53,31 @@ _PROTOCOLS = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
 USER_AGENT = "Mozilla/5.0 (compatible; pycurl)"
 _EVENTS = {pycurl.POLL_NONE: IOLoop.NONE, pycurl.POLL_IN: IOLoop.READ,
            pycurl.POLL_OUT: IOLoop.WRITE, pycurl.POLL_INOUT: IOLoop.READ | IOLoop.WRITE}
-_KEPT = -1  # the inode we record for a descriptor that is not a socket
 
 
 def _identity(fd: int) -> int:
-    """A socket's inode, _KEPT for anything else (libcurl's eventfd or
-    pipe), -2 for a descriptor already closed."""
+    """A socket's inode; -1 for anything else, -2 for a closed descriptor."""
     try:
         st = os.fstat(fd)
     except OSError:
         return -2
-    return st.st_ino if stat.S_ISSOCK(st.st_mode) else _KEPT
+    return st.st_ino if stat.S_ISSOCK(st.st_mode) else -1
+
+
+def _eventfds() -> set[int]:
+    """The process's open eventfds (Linux; elsewhere none are known)."""
+    found = set()
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[eventfd]":
+                found.add(int(name))
+        except (OSError, ValueError):
+            pass
+    return found
 
 
 class Transfer:
@@ -192,9 +209,13 @@ class CurlClient(CurlAsyncHTTPClient):
         self.active = 0
         self._ids: dict[int, int] = {}  # fd -> _identity() when its handler was added
         self._unwatched: set[int] = set()  # kept fds libcurl is not watching now
+        self._kept: frozenset[int] = frozenset()
         # No handles up front: CurlAsyncHTTPClient.initialize makes
-        # max_clients of them.
+        # max_clients of them.  The eventfds that appear while it makes the
+        # multi handle are the handle's own, open until it is closed.
+        before = _eventfds()
         super().initialize(max_clients=0, defaults=defaults, max_body_size=max_body_size)
+        self._kept = frozenset(_eventfds() - before)
         # The connection cache: libcurl's default grows with the handles
         # added (4 each), which after a burst of streams would keep
         # thousands of idle sockets open.
@@ -210,16 +231,17 @@ class CurlClient(CurlAsyncHTTPClient):
     def _handle_socket(self, event: int, fd: int, multi, data) -> None:
         fds = self._fds
         have = fds.get(fd)
+        kept = fd in self._kept
         if event == pycurl.POLL_REMOVE:
             if have is not None:
-                if self._ids.get(fd) == _KEPT:
+                if kept:
                     self._unwatched.add(fd)
                 else:
                     self._drop(fd)
             return
         self._unwatched.discard(fd)
         want = _EVENTS[event]
-        if have is not None and self._ids.get(fd) != _KEPT and _identity(fd) != self._ids.get(fd):
+        if have is not None and not kept and _identity(fd) != self._ids.get(fd):
             # Closed and reopened under the same number: the kernel took the
             # old socket out of epoll by itself.
             self._drop(fd)

@@ -14,6 +14,7 @@ import asyncio
 import os
 import time
 
+import pycurl
 import pytest
 
 from relay.curl_client import CurlClient, Transfer
@@ -155,6 +156,31 @@ def test_a_kept_descriptor_ready_while_libcurl_does_not_watch_it_is_let_go():
         assert calls == 1
         assert kept[0] not in client._fds
         # and the next call re-adds it and still works
+        assert await _one_call(client, port) == 0
+        client.close()
+        server.close()
+    asyncio.run(go())
+
+
+def test_only_the_multi_handles_own_eventfds_are_kept():
+    """A DNS lookup in libcurl's threaded resolver signals through an
+    eventfd of its own, reported to us, then let go and closed.  Keeping it
+    registered would leave the loop watching a closed number that the next
+    socket may get."""
+    async def go():
+        server, port = await _serve("keep")
+        client = CurlClient()
+        assert client._kept, "the multi handle's eventfds are found (Linux /proc)"
+        assert await _one_call(client, port) == 0
+        assert set(client._fds) <= client._kept  # between calls only the kept remain
+        lookup = os.eventfd(0)
+        try:
+            client._handle_socket(pycurl.POLL_IN, lookup, None, None)
+            assert lookup in client._fds
+            client._handle_socket(pycurl.POLL_REMOVE, lookup, None, None)
+            assert lookup not in client._fds and lookup not in client.io_loop.handlers
+        finally:
+            os.close(lookup)
         assert await _one_call(client, port) == 0
         client.close()
         server.close()
