@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import time
 
-from handlers.api_fields import _int, paged
+from handlers.api_fields import _int, by_id, paged
 from handlers.base import ApiError, ApiHandler, ident
 from models.secrets import mask
 from models.store import now
@@ -113,10 +113,7 @@ class ChannelsHandler(ApiHandler):
 class ChannelHandler(ChannelsHandler):
     async def get(self, cid: str) -> None:
         self.require_admin()
-        doc = await self.store.db.channels.find_one({"_id": ident(cid)})
-        if doc is None:
-            raise ApiError(404, f"No channel with id {cid}.")
-        self.ok(channel_view(self, doc))
+        self.ok(channel_view(self, await by_id(self.store.db.channels, cid, "channel")))
 
     async def delete(self, cid: str) -> None:
         self.require_admin()
@@ -136,9 +133,7 @@ class ChannelTestHandler(ApiHandler):
         cid = ident(raw_id)
         chan = next((c for c in catalog.channels if c.id == cid), None)
         if chan is None:
-            doc = await self.store.db.channels.find_one({"_id": cid})
-            if doc is None:
-                raise ApiError(404, f"No channel with id {cid}.")
+            await by_id(self.store.db.channels, cid, "channel")
             await catalog.reload_channels()
             chan = next((c for c in catalog.channels if c.id == cid), None)
         body = self.body_json()

@@ -1,8 +1,8 @@
-"""What several /api handlers read alike: a page of a collection, whole
-numbers, lists of group names and rate limits."""
+"""What several /api handlers read alike: a page of a collection, one
+document by id, whole numbers, lists of group names and rate limits."""
 from __future__ import annotations
 
-from handlers.base import ApiError, ApiHandler
+from handlers.base import ApiError, ApiHandler, ident
 from models.records import LIMIT_FIELDS
 from relay import jsonin
 
@@ -23,6 +23,15 @@ async def paged(handler: ApiHandler, coll, flt: dict, view, sort: str = "_id") -
     total = await coll.count_documents(flt)
     docs = await handler.store.page(coll, flt, sort, -1, (p - 1) * size, size)
     return {"items": [view(d) for d in docs], "total": total, "page": p, "page_size": size}
+
+
+async def by_id(coll, raw, what: str) -> dict:
+    """The document whose _id is `raw` (a whole number, or its text), or the
+    /api routes' 404 naming it as given."""
+    doc = await coll.find_one({"_id": ident(raw)})
+    if doc is None:
+        raise ApiError(404, f"No {what} with id {raw}.")
+    return doc
 
 
 def limit_fields(body: dict) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import time
 
-from handlers.api_fields import _int, group_list, limit_fields, paged
+from handlers.api_fields import _int, by_id, group_list, limit_fields, paged
 from handlers.api_user import email_of, insert_user, user_view, validate_new_user
 from handlers.base import ApiError, ApiHandler, ident
 from models.passwords import password_problem
@@ -101,10 +101,7 @@ class UsersHandler(ApiHandler):
     async def _target(self, admin: dict, raw) -> dict:
         if raw is None:
             raise ApiError(400, "Give the user's id.")
-        uid = ident(raw)
-        doc = await self.store.db.users.find_one({"_id": uid})
-        if doc is None:
-            raise ApiError(404, f"No user with id {uid}.")
+        doc = await by_id(self.store.db.users, ident(raw), "user")
         if doc.get("role", 0) >= admin.get("role", 0) and doc["_id"] != admin["_id"]:
             raise ApiError(403, "You cannot change a user of your own rank or higher.")
         return doc
@@ -113,10 +110,7 @@ class UsersHandler(ApiHandler):
 class UserHandler(UsersHandler):
     async def get(self, uid: str) -> None:
         self.require_admin()
-        doc = await self.store.db.users.find_one({"_id": ident(uid)})
-        if doc is None:
-            raise ApiError(404, f"No user with id {uid}.")
-        self.ok(user_view(self, doc))
+        self.ok(user_view(self, await by_id(self.store.db.users, uid, "user")))
 
     async def delete(self, uid: str) -> None:
         """Disabling, not deleting: usage records keep pointing at the user."""
@@ -184,9 +178,7 @@ class AdjustQuotaHandler(UsersHandler):
             raise ApiError(400, "amount must be a non-zero whole number of quota units.")
         if not reason:
             raise ApiError(400, "Give a reason for the adjustment.")
-        target = await self.store.db.users.find_one({"_id": ident(uid)})
-        if target is None:
-            raise ApiError(404, f"No user with id {uid}.")
+        target = await by_id(self.store.db.users, uid, "user")
         ok = await self.ctx["billing"].credit(
             USER, target["_id"], amount, f"admin {admin['username']}: {reason}",
             ledger_id=f"adjust:{target['_id']}:{time.time_ns()}")

@@ -120,6 +120,20 @@ def test_channel_crud(admin):
     admin.get(f"/api/channel/{ch['id']}", expect=404)
 
 
+def test_unknown_ids_get_a_404_naming_them(admin):
+    """Every admin route that looks a channel or a user up by id answers an
+    unknown one alike, over the real API."""
+    missing = 987654321
+    for method, path, body, what in [
+            ("GET", f"/api/channel/{missing}", None, "channel"),
+            ("POST", f"/api/channel/{missing}/test", {}, "channel"),
+            ("GET", f"/api/user/{missing}", None, "user"),
+            ("POST", f"/api/user/{missing}/quota", {"amount": 5, "reason": "r"}, "user"),
+            ("POST", "/api/user/manage", {"id": missing, "action": "disable"}, "user")]:
+        out = admin.call(method, path, expect=404, **({"json": body} if body is not None else {}))
+        assert out["message"] == f"No {what} with id {missing}.", (path, out)
+
+
 def test_users_admin(relay, admin):
     u = admin.create_user("noah", group="vip")
     assert u["group"] == "vip" and u["quota"] == 0
