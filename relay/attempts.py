@@ -16,7 +16,7 @@ from relay.convert.common import converted
 from relay.errors import RelayError
 from relay.upstream import Cancel
 
-log = logging.getLogger("relay.service")
+log = logging.getLogger("relay.service")  # the name operators already filter on
 
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}

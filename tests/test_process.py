@@ -12,7 +12,7 @@ import platform
 import socket
 
 import pytest
-from tornado.iostream import IOStream
+from tornado.iostream import IOStream, StreamClosedError
 
 from relay import process
 
@@ -83,7 +83,7 @@ def test_closing_with_writes_pending_fails_their_futures():
         process._small_queues(w)
         fut = w.write(b"x" * 2_000_000)
         w.close()
-        with pytest.raises(Exception):
+        with pytest.raises(StreamClosedError):
             await asyncio.wait_for(fut, 10)
         r.close()
     asyncio.run(go())
