@@ -16,7 +16,6 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 
 from passlib.context import CryptContext
-from zxcvbn import zxcvbn
 
 _ctx = CryptContext(schemes=["argon2", "bcrypt"], deprecated="auto")
 _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="passwords")
@@ -86,6 +85,9 @@ def password_problem(password: str, username: str = "", email: str = "") -> str 
     if len(password) > MAX_LENGTH:
         return f"The password must be at most {MAX_LENGTH} characters long."
     hints = [h for h in (username, email, (email or "").split("@")[0]) if h]
+    # Imported on first use: its dictionaries are 13 MB resident, for ever,
+    # in a process that may only ever relay calls (about 20 ms, once).
+    from zxcvbn import zxcvbn
     result = zxcvbn(password[:_JUDGED], user_inputs=hints)
     if result["score"] >= MIN_SCORE:
         return None
