@@ -199,15 +199,17 @@ class RelayService:
             raise
         t0 = time.monotonic()
         self.inflight += 1
-        outcome = Outcome()
+        outcome = None
         try:
             outcome = await self._try_channels(call, channels, sink, face, cancel)
         except Exception as exc:  # never leave a reservation open
             if not isinstance(exc, RelayError):
                 log_bug(log, f"the relay of {call.request_id}", exc)
-            outcome.error = exc if isinstance(exc, RelayError) else RelayError(
-                500, "Internal error.", "server_error", "internal_error")
+            outcome = Outcome(error=exc if isinstance(exc, RelayError) else RelayError(
+                500, "Internal error.", "server_error", "internal_error"))
         finally:
+            if outcome is None:  # cancelled: settled as what was delivered
+                outcome = Outcome()
             self.inflight -= 1
             if self.limits:
                 self.limits.done(ticket, outcome.usage)

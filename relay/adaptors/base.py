@@ -43,6 +43,32 @@ class Call:
     client_wants_usage: bool = False
     upstream_model: str = ""  # set per attempt from the channel's model_mapping
     extra: dict = field(default_factory=dict)
+    # raw -> (body, native_body), from a face whose two are a pure function
+    # of the client's bytes; what lets a stream shelve them (below).
+    derive: Any = field(default=None, repr=False, compare=False)
+
+    def shelve(self) -> None:
+        """Drop the parsed bodies for the rest of a stream that has begun (no
+        other channel will be tried).  A coding agent's 100 KB body is 240 KB
+        parsed, and twice that with the OpenAI-shaped copy, held for minutes;
+        the bytes (what the upstream was sent) stay.  Read again later, they
+        are parsed again from those bytes: nothing on a normal stream's path
+        reads them (only an estimate for a stream that lost its usage)."""
+        if self.derive is not None and self.raw:
+            self.__dict__.pop("body", None)
+            self.__dict__.pop("native_body", None)
+
+    def __getattr__(self, name: str):
+        # Reached only for attributes not set: the two that shelve() dropped.
+        if name in ("body", "native_body") and self.__dict__.get("derive") is not None:
+            self.body, self.native_body = self.derive(self.raw)
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+# The dataclass keeps native_body's default (None) as a class attribute too,
+# which would answer for a shelved one; __init__ has its own copy of it.
+del Call.native_body
 
 
 @dataclass

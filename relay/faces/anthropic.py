@@ -49,7 +49,14 @@ def parse_messages(request_id: str, raw: bytes, headers=None, query: str = "") -
     doc = load_json(raw)
     require_model(doc)
     conv.validate(doc)
-    return _call(request_id, raw, doc, headers, query)
+    call = _call(request_id, raw, doc, headers, query)
+    call.derive = _both
+    return call
+
+
+def _both(raw: bytes) -> tuple[dict, dict]:
+    doc = load_json(raw)
+    return converted(conv.request_to_openai, doc), doc
 
 
 def parse_count_tokens(request_id: str, raw: bytes, headers=None, query: str = "") -> Call:

@@ -42,7 +42,13 @@ def parse_chat(request_id: str, raw: bytes) -> Call:
         raise bad_request("'stream_options' must be an object.", "invalid_type", "stream_options")
     wants_usage = stream and bool(options.get("include_usage"))
     return Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=doc,
-                raw=raw, native_body=doc, stream=stream, client_wants_usage=wants_usage)
+                raw=raw, native_body=doc, stream=stream, client_wants_usage=wants_usage,
+                derive=_same_twice)
+
+
+def _same_twice(raw: bytes) -> tuple[dict, dict]:
+    doc = load_json(raw)
+    return doc, doc
 
 
 def parse_embeddings(request_id: str, raw: bytes) -> Call:

@@ -1,0 +1,147 @@
+"""A stream that has begun drops the parsed request (Call.shelve) and keeps
+only the client's bytes; anything that reads the body later gets it parsed
+again, equal to what it was.  The stream's own path never reads it again:
+that is what makes shelving free in CPU."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+from relay import attempts, registry
+from relay.faces import anthropic as anthropic_face
+from relay.faces import openai as openai_face
+from relay.faces import responses as responses_face
+from relay.upstream import Cancel, Response
+from models.records import Channel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHAT = {"model": "gpt-4o-mini", "stream": True,
+        "messages": [{"role": "system", "content": "be brief"},
+                     {"role": "user", "content": [{"type": "text", "text": "héllo"}]}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "string"}}}}}]}
+MESSAGES = {"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": True,
+            "system": [{"type": "text", "text": "be brief"}],
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"name": "f", "input_schema": {"type": "object"}}]}
+
+
+def _raw(doc) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def test_an_openai_call_parsed_again_equals_the_first_parse():
+    call = openai_face.parse_chat("req_1", _raw(CHAT))
+    body = call.body
+    call.shelve()
+    assert "body" not in call.__dict__ and "native_body" not in call.__dict__
+    assert call.body == body == CHAT
+    assert call.native_body is call.body  # one object, as the face made it
+
+
+def test_an_anthropic_call_parsed_again_equals_both_first_parses():
+    call = anthropic_face.parse_messages("req_2", _raw(MESSAGES))
+    body, native = call.body, call.native_body
+    call.shelve()
+    assert call.native_body == native == MESSAGES
+    assert call.body == body  # the OpenAI-shaped copy, converted again
+    assert call.body["messages"][0] == {"role": "system", "content": "be brief"}
+
+
+def test_a_call_whose_body_is_not_its_bytes_keeps_it():
+    # The Responses face's body is a bridge built later (and stored
+    # conversations change it): nothing may be parsed again from the bytes.
+    call = responses_face.parse_create("req_3", _raw({"model": "m", "input": "hi"}))
+    call.body = {"messages": [{"role": "user", "content": "changed"}]}
+    call.shelve()
+    assert call.body == {"messages": [{"role": "user", "content": "changed"}]}
+    # And a call with no bytes left (re-encoded) keeps its body too.
+    call = openai_face.parse_chat("req_4", _raw(CHAT))
+    call.raw = b""
+    call.shelve()
+    assert "body" in call.__dict__
+
+
+def test_other_missing_attributes_still_raise():
+    call = openai_face.parse_chat("req_5", _raw(CHAT))
+    call.shelve()
+    try:
+        call.no_such_thing
+    except AttributeError as exc:
+        assert "no_such_thing" in str(exc)
+    else:
+        raise AssertionError("expected AttributeError")
+
+
+class _Sink:
+    def __init__(self):
+        self.started = self.closed = False
+        self.data = []
+
+    def start(self, status, headers):
+        self.started = True
+
+    def write(self, data):
+        self.data.append(data)
+
+    def pending(self):
+        return 0
+
+    async def drain(self):
+        return None
+
+
+class _Upstream:
+    """Answers with a real upstream's SSE, split across chunks; the body is
+    never read again once the first chunk is out (derive would count it)."""
+
+    def __init__(self, events: bytes):
+        self.events = events
+
+    async def send(self, method, url, headers, body, *, on_chunk, **kw):
+        for i in range(0, len(self.events), 40):
+            on_chunk(self.events[i:i + 40])
+            await asyncio.sleep(0)
+        return Response(200, None, streamed=True)
+
+
+def _sse(*docs) -> bytes:
+    return b"".join(b"data: " + json.dumps(d).encode() + b"\n\n" for d in docs) + \
+        b"data: [DONE]\n\n"
+
+
+def test_a_streamed_call_is_shelved_once_started_and_never_parsed_again():
+    call = openai_face.parse_chat("req_6", _raw(CHAT))
+    parsed = []
+    derive = call.derive
+    call.derive = lambda raw: parsed.append(1) or derive(raw)
+    channel = Channel(id=1, name="c", type="openai", base_url="http://127.0.0.1:9", key="k",
+                      models=("gpt-4o-mini",), groups=("default",), priority=0, weight=1,
+                      model_mapping={})
+    call.upstream_model = call.model
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-mini",
+             "choices": [{"index": 0, "delta": {"content": "hello there"}}]}
+    usage = dict(chunk, choices=[], usage={"prompt_tokens": 9, "completion_tokens": 2,
+                                           "total_tokens": 11})
+    sink = _Sink()
+    out = asyncio.run(attempts.attempt_stream(_Upstream(_sse(chunk, usage)), call, channel,
+                                              registry.adaptor_for("openai"), sink,
+                                              openai_face, Cancel()))
+    assert out.error is None and out.started
+    assert out.usage.prompt_tokens == 9 and out.usage.completion_tokens == 2
+    assert b"hello there" in b"".join(sink.data)
+    assert "body" not in call.__dict__  # shelved
+    assert parsed == []  # and nothing on the way read it back
+
+
+def test_the_server_does_not_load_the_password_estimator_until_asked():
+    # zxcvbn's dictionaries are 13 MB resident for the life of the process.
+    code = ("import sys, server; server._handlers(); import models.seed; "
+            "assert 'zxcvbn' not in sys.modules, 'loaded at start'; "
+            "from models.passwords import password_problem; "
+            "assert password_problem('password1'); assert 'zxcvbn' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
