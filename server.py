@@ -24,6 +24,7 @@ from tornado.ioloop import PeriodicCallback
 
 import settings as settings_mod
 from handlers import proxies
+from models import passwords
 from models.datadir import DataDirBusy, DataDirLock
 from models.secrets import Vault, load_or_create_secret
 from models.responses import ResponseStore
@@ -173,6 +174,10 @@ async def stop_workers(app: RelayApplication, grace: float, budget: float = 8.0)
         pass
     await s["billing"].stop(timeout=left())
     s["upstream"].close()
+    try:
+        await asyncio.wait_for(passwords.estimator.close(), 2)
+    except (asyncio.TimeoutError, OSError):
+        pass
 
 
 def fail(message: str) -> None:

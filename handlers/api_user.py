@@ -44,7 +44,7 @@ async def registration_open(handler: ApiHandler) -> bool:
     return bool(opt["value"]) if opt else handler.config.registration_enabled
 
 
-def validate_new_user(body: dict, groups: dict) -> dict:
+async def validate_new_user(body: dict, groups: dict) -> dict:
     """The fields of a new user; the password is checked but not yet hashed
     (`password`: hash it with hash_password_async before storing)."""
     username = jsonin.text(body.get("username"), "username", 200).strip()
@@ -53,7 +53,7 @@ def validate_new_user(body: dict, groups: dict) -> dict:
     group = jsonin.text(body.get("group"), "group", 64) or "default"
     if not _USERNAME.match(username) or "@" in username:
         raise ApiError(400, "The user name must be 2-64 letters, digits or _.- characters.")
-    problem = password_problem(password, username, email)
+    problem = await password_problem(password, username, email)
     if problem:
         raise ApiError(400, problem)
     if email and not _EMAIL.match(email):
@@ -84,7 +84,7 @@ class RegisterHandler(ApiHandler):
     async def post(self) -> None:
         if not await registration_open(self):
             raise ApiError(403, "Registration is closed on this server.")
-        fields = validate_new_user({**self.body_json(), "group": "default"},
+        fields = await validate_new_user({**self.body_json(), "group": "default"},
                                    self.ctx["catalog"].groups)
         doc = await insert_user(self, fields)
         self.ok(user_view(self, doc), "Account created; you can sign in now.")
@@ -130,7 +130,7 @@ class SelfHandler(ApiHandler):
         current = user.get("password_hash", "")
         if not await verify_password_async(original, current):
             raise ApiError(403, "The current password is wrong.")
-        problem = password_problem(password, user.get("username", ""),
+        problem = await password_problem(password, user.get("username", ""),
                                    email if email is not None else user.get("email", ""))
         if problem:
             raise ApiError(400, problem)

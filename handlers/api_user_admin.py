@@ -29,7 +29,7 @@ class UsersHandler(ApiHandler):
     async def post(self) -> None:
         admin = self.require_admin()
         body = self.body_json()
-        fields = validate_new_user(body, self.ctx["catalog"].groups)
+        fields = await validate_new_user(body, self.ctx["catalog"].groups)
         role = _int(body.get("role") or ROLE_USER, "role")
         if role not in (ROLE_USER, ROLE_ADMIN) or (role >= ROLE_ADMIN and admin["role"] < ROLE_ROOT):
             raise ApiError(403, "Only root can create administrators.")
@@ -69,7 +69,7 @@ class UsersHandler(ApiHandler):
         reset: dict = {}
         if body.get("password"):
             password = jsonin.text(body["password"], "password", 2000)
-            problem = password_problem(password, target.get("username", ""),
+            problem = await password_problem(password, target.get("username", ""),
                                        update.get("email", target.get("email", "")))
             if problem:
                 raise ApiError(400, problem)
@@ -156,7 +156,7 @@ class ResetPasswordHandler(UsersHandler):
         target = await self._target(admin, uid)
         if target["_id"] == admin["_id"]:
             raise ApiError(400, "Change your own password on your account page.")
-        password = temporary_password()
+        password = await temporary_password()
         await self.store.db.users.update_one({"_id": target["_id"]},
                                              await reset_fields(password))
         await end_sessions(self.store, target["_id"])

@@ -17,8 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from passlib.context import CryptContext
 
+from models.strength import Estimator
+
 _ctx = CryptContext(schemes=["argon2", "bcrypt"], deprecated="auto")
 _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="passwords")
+estimator = Estimator()
 
 MIN_LENGTH = 8
 MAX_LENGTH = 1024
@@ -70,7 +73,7 @@ def _verify_timed(password: str, hashed: str) -> bool:
     return False
 
 
-def password_problem(password: str, username: str = "", email: str = "") -> str | None:
+async def password_problem(password: str, username: str = "", email: str = "") -> str | None:
     """Why `password` may not be used as a new password, or None if it may.
 
     The one rule every place that sets a password asks (registration, the
@@ -85,13 +88,11 @@ def password_problem(password: str, username: str = "", email: str = "") -> str 
     if len(password) > MAX_LENGTH:
         return f"The password must be at most {MAX_LENGTH} characters long."
     hints = [h for h in (username, email, (email or "").split("@")[0]) if h]
-    # Imported on first use: its dictionaries are 13 MB resident, for ever,
-    # in a process that may only ever relay calls (about 20 ms, once).
-    from zxcvbn import zxcvbn
-    result = zxcvbn(password[:_JUDGED], user_inputs=hints)
+    # Measured in a helper process (models/strength.py): zxcvbn's
+    # dictionaries would stay resident here for good.
+    result = await estimator.measure(password[:_JUDGED], hints)
     if result["score"] >= MIN_SCORE:
         return None
-    feedback = result.get("feedback") or {}
-    why = feedback.get("warning") or "This password is too easy to guess."
-    tips = " ".join(feedback.get("suggestions") or ())
+    why = result["warning"] or "This password is too easy to guess."
+    tips = " ".join(result["suggestions"])
     return f"Choose a stronger password: {why.rstrip('.')}. {tips}".strip()

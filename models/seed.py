@@ -45,7 +45,7 @@ async def seed(store, admin_password: str = "") -> str | None:
     generated = None
     password = admin_password
     if not password:
-        password = generated = temporary_password()
+        password = generated = await temporary_password()
     uid = await store.next_id("users")
     try:
         await store.db.users.insert_one({
@@ -59,11 +59,11 @@ async def seed(store, admin_password: str = "") -> str | None:
     return generated
 
 
-def temporary_password() -> str:
+async def temporary_password() -> str:
     """A random password for one sign-in, after which it must be changed."""
     while True:
         password = secrets.token_urlsafe(15)
-        if password_problem(password) is None:
+        if await password_problem(password) is None:
             return password
 
 
@@ -91,7 +91,7 @@ async def reset_root_password(store) -> str:
     generated = await seed(store)
     if generated:
         return generated
-    password = temporary_password()
+    password = await temporary_password()
     update = await reset_fields(password)
     update["$set"]["status"] = USER_ENABLED
     root = await store.db.users.find_one_and_update({"username": "root"}, update)

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 
 from relay import attempts, registry
 from relay.faces import anthropic as anthropic_face
@@ -16,8 +13,6 @@ from relay.faces import openai as openai_face
 from relay.faces import responses as responses_face
 from relay.upstream import Cancel, Response
 from models.records import Channel
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHAT = {"model": "gpt-4o-mini", "stream": True,
         "messages": [{"role": "system", "content": "be brief"},
@@ -137,11 +132,3 @@ def test_a_streamed_call_is_shelved_once_started_and_never_parsed_again():
     assert "body" not in call.__dict__  # shelved
     assert parsed == []  # and nothing on the way read it back
 
-
-def test_the_server_does_not_load_the_password_estimator_until_asked():
-    # zxcvbn's dictionaries are 13 MB resident for the life of the process.
-    code = ("import sys, server; server._handlers(); import models.seed; "
-            "assert 'zxcvbn' not in sys.modules, 'loaded at start'; "
-            "from models.passwords import password_problem; "
-            "assert password_problem('password1'); assert 'zxcvbn' in sys.modules")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
