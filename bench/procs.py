@@ -151,6 +151,21 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def database(pid: int) -> list[int]:
+    """The relay's embedded database child (models/embedded.py), not its
+    other children (the password-strength helper, models/strength.py)."""
+    out = []
+    for child in children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if b"secantus" in cmd or b"nx_27017" in cmd:
+            out.append(child)
+    return out
+
+
 def machine() -> dict:
     cpu = ""
     try:

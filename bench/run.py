@@ -253,7 +253,7 @@ def main() -> int:
               f"(pid {upstream.pid}); one call costs {unit_cost} units; work dir {work}")
 
         watch = {"relay": relay.pid, "upstream": upstream.pid}
-        db = procs.children(relay.pid)
+        db = procs.database(relay.pid)
         if db:  # the embedded database: its CPU per call is the usage records' cost
             watch["database"] = db[0]
         path = "/v1/chat/completions"
@@ -293,7 +293,7 @@ def main() -> int:
                 "relay_vm_rss_kb": procs.status_kb(relay.pid, "VmRSS"),
                 "upstream_vm_hwm_kb": procs.status_kb(upstream.pid, "VmHWM"),
                 "database_vm_hwm_kb": sum(procs.status_kb(p, "VmHWM")
-                                          for p in procs.children(relay.pid))}
+                                          for p in procs.database(relay.pid))}
 
         print_table(runs)
         ratios = {
