@@ -95,3 +95,38 @@ def test_a_stream_already_used_keeps_its_own_queues():
     odd = Odd()
     process._small_queues(odd)  # not empty, no write buffer: left alone
     assert type(odd._write_futures) is collections.deque
+
+
+def test_the_handlers_clear_is_tornados_but_for_the_date():
+    # handlers/base.Base.clear() repeats Tornado's (to format Date once a
+    # second): a Tornado that sets more in clear() must be noticed here.
+    import email.utils
+    from unittest import mock
+
+    import tornado.web
+    from tornado import httputil
+
+    from handlers.base import Base
+
+    class Ours(Base):
+        def set_default_headers(self):
+            pass
+
+    class Theirs(tornado.web.RequestHandler):
+        pass
+
+    app = tornado.web.Application()
+    made = []
+    for cls in (Ours, Theirs):
+        conn = mock.Mock()
+        request = httputil.HTTPServerRequest(method="GET", uri="/", connection=conn)
+        made.append(cls(app, request))
+    ours, theirs = made
+    assert set(vars(ours)) == set(vars(theirs))
+    a, b = dict(ours._headers.get_all()), dict(theirs._headers.get_all())
+    assert a.keys() == b.keys()
+    assert {k: v for k, v in a.items() if k != "Date"} == {k: v for k, v in b.items() if k != "Date"}
+    assert abs(email.utils.parsedate_to_datetime(a["Date"]).timestamp()
+               - email.utils.parsedate_to_datetime(b["Date"]).timestamp()) <= 2
+    assert (ours._status_code, ours._reason, ours._write_buffer) == \
+        (theirs._status_code, theirs._reason, theirs._write_buffer)
