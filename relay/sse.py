@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from relay import jsonin
+
 
 @dataclass
 class Event:
@@ -78,10 +80,9 @@ def _parse_block(raw: bytes) -> Event | None:
 
 def encode(data: Any, event: str | None = None) -> bytes:
     """One event on the wire; dicts are JSON-encoded compactly."""
-    if not isinstance(data, str):
-        data = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    head = f"event: {event}\n" if event else ""
-    return (head + f"data: {data}\n\n").encode()
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + (data.encode() if isinstance(data, str) else jsonin.dumps(data)) \
+        + b"\n\n"
 
 
 DONE = b"data: [DONE]\n\n"

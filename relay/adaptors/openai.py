@@ -20,7 +20,7 @@ import json
 import math
 import re
 
-from relay import sse
+from relay import jsonin, sse
 from relay.adaptors import openai_answers
 from relay.adaptors import openai_responses as wire
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
@@ -304,7 +304,7 @@ class OpenAIAdaptor(Adaptor):
             if call.endpoint == "completions":
                 ask_stream_usage(body, channel.options)
         return UpstreamRequest("POST", self.url(channel, call, endpoint), headers,
-                               json.dumps(body, ensure_ascii=False).encode())
+                               jsonin.dumps(body))
 
     def _responses_request(self, call: Call, channel, headers: dict) -> UpstreamRequest:
         if call.face == "responses":  # pass-through
@@ -334,7 +334,7 @@ class OpenAIAdaptor(Adaptor):
             if call.face == "responses":
                 return wire.parse_passthrough(call, body)
             return wire.parse_for_chat(call, body)
-        doc = json.loads(body)
+        doc = jsonin.loads_answer(body)
         usage = usage_from(doc.get("usage")) if isinstance(doc, dict) else None
         if call.endpoint in openai_answers.PARSERS:
             if not isinstance(doc, dict):

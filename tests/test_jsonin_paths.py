@@ -1,0 +1,80 @@
+"""relay/jsonin.py reads request bodies with orjson when it can, and with
+the json module (which names the field at fault) when it cannot.  The two
+must agree on every body: the same document, or a refusal either way.
+Hypothesis writes the bodies, hostile ones included."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from relay import jsonin
+
+orjson = pytest.importorskip("orjson")
+
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2 ** 70), max_value=2 ** 70),
+                  st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
+_docs = st.recursive(_leaf, lambda kids: st.one_of(
+    st.lists(kids, max_size=4), st.dictionaries(st.text(max_size=6), kids, max_size=4)),
+    max_leaves=30)
+
+
+def _slow(raw: bytes):
+    """What the json-module path alone says."""
+    saved = jsonin.orjson
+    jsonin.orjson = None
+    try:
+        return ("ok", jsonin.parse(raw))
+    except jsonin.BadInput as exc:
+        return ("refused", exc.message)
+    finally:
+        jsonin.orjson = saved
+
+
+def _fast(raw: bytes):
+    try:
+        return ("ok", jsonin.parse(raw))
+    except jsonin.BadInput as exc:
+        return ("refused", exc.message)
+
+
+def _same(a, b) -> bool:
+    # NaN is never equal to itself; both paths refuse it anyway.
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_docs)
+def test_both_paths_read_a_document_alike(doc):
+    raw = json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    fast, slow = _fast(raw), _slow(raw)
+    assert fast[0] == slow[0], (raw, fast, slow)
+    assert _same(fast[1], slow[1]) if fast[0] == "ok" else fast == slow
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=60) | st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")))
+def test_both_paths_refuse_the_same_bytes(raw):
+    fast, slow = _fast(raw), _slow(raw)
+    assert fast[0] == slow[0], (raw, fast, slow)
+    if fast[0] == "ok":
+        assert _same(fast[1], slow[1])
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"a":12345678901234567890123}', b'{"a":-9223372036854775809}', b'{"a":1e400}',
+    b'{"a":"\\ud800"}', b'{"a":NaN}', b'\xef\xbb\xbf{"a":1}', b'{"a":"\xed\xa0\x80"}',
+    b"[" * 65 + b"]" * 65, b'{"a":1,"a":2}', b"  ", b'{"a":"\\ud83d\\ude00"}'])
+def test_the_edges_orjson_would_read_otherwise(raw):
+    assert _fast(raw) == _slow(raw)
+
+
+def test_what_we_send_is_json_alike():
+    doc = {"model": "m", "messages": [{"role": "user", "content": "héllo \u2028 \x00"}],
+           "temperature": 0.1, "n": 2 ** 70, "x": [1.5e-7, -0.0, True, None]}
+    assert json.loads(jsonin.dumps(doc)) == doc
+    assert json.loads(jsonin.dumps({1: "int key"})) == {"1": "int key"}
+    assert jsonin.loads_answer(b'{"id": 123456789012345678901234, "v": NaN}')["id"] == \
+        123456789012345678901234
