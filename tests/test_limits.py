@@ -236,14 +236,26 @@ def test_a_killed_relays_concurrency_slots_come_back_with_its_leases(w, tmp_path
             eventually(lambda r=r: _served(r.url, k), timeout=10)
         # a call on `a` holds the only slot (a stream slow to start), then `a` dies
         def hold():
-            try:
-                requests.post(a.url + "/v1/chat/completions", timeout=60,
-                              headers={"Authorization": f"Bearer {k}"},
-                              json={"model": MODEL, "stream": True, "fake_chunks": 3,
-                                    "fake_delay": 20,
-                                    "messages": [{"role": "user", "content": "hi"}]})
-            except requests.RequestException:
-                pass
+            # The slot the calls above used is given back through the
+            # database, so `a` may still see it taken for a moment: a 429
+            # comes at once, and is tried again (a stream's answer starts
+            # only with its first chunk, 20 s on).
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                try:
+                    r = requests.post(a.url + "/v1/chat/completions", timeout=60, stream=True,
+                                      headers={"Authorization": f"Bearer {k}"},
+                                      json={"model": MODEL, "stream": True, "fake_chunks": 3,
+                                            "fake_delay": 20,
+                                            "messages": [{"role": "user", "content": "hi"}]})
+                    if r.status_code != 429:
+                        for _ in r.iter_content(None):
+                            pass
+                        return
+                    r.close()
+                except requests.RequestException:
+                    return
+                time.sleep(0.2)
         holder = threading.Thread(target=hold, daemon=True)
         holder.start()
         victim = a.billing_pid()
