@@ -31,6 +31,7 @@ import datetime
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,31 @@ def ms(v: float) -> str:
     return f"{v:8.2f}"
 
 
+def median_run(rs: list[dict], top: bool = True) -> dict:
+    """Field by field, the median of several runs of one configuration
+    (errors are added up instead: one round's errors are not noise)."""
+    out: dict = {}
+    for key, value in rs[0].items():
+        values = [r.get(key) for r in rs]
+        if key == "socket_errors":
+            total: dict = {}
+            for v in values:
+                for k, n in (v or {}).items():
+                    total[k] = total.get(k, 0) + n
+            out[key] = total
+        elif key == "non_2xx":
+            out[key] = sum(v or 0 for v in values)
+        elif all(isinstance(v, dict) for v in values):
+            out[key] = median_run(values, top=False)
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[key] = statistics.median(values)
+        else:
+            out[key] = value
+    if top and len(rs) > 1:
+        out["rounds"] = len(rs)
+    return out
+
+
 def print_table(runs: dict) -> None:
     print(f"\n{'run':18s} {'conns':>5s} {'req/s':>9s} {'p50 ms':>8s} {'p90 ms':>8s} "
           f"{'p99 ms':>8s} {'errors':>6s}  cpu% proxy/upstream  cpu us/req proxy/upstream")
@@ -207,6 +233,8 @@ def profile(relay: procs.Child, key: str, relay_url: str, args) -> dict | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=10.0, help="seconds per run")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="times every run is repeated, interleaved; figures are medians")
     ap.add_argument("--connections", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1, help="wrk threads")
     ap.add_argument("--latency-duration", type=float, default=5.0,
@@ -277,17 +305,24 @@ def main() -> int:
         # Warm the relay (caches, leases, curl pool) outside the figures.
         procs.wrk(relay_url + path, BODY, key, args.connections, duration=2)
         before = settled(admin, uid)
-        runs, checks = {}, []
-        for name, base, body, k, conns, secs in plan:
-            r = procs.wrk(base + path, body, k, conns, args.threads, secs, watch)
-            runs[name] = r
-            print(f"  {name:18s} {r['rps']:9.1f} req/s  p50 {r['p50_ms']:.2f} ms  "
-                  f"p99 {r['p99_ms']:.2f} ms", flush=True)
-            if base == relay_url:
-                after = settled(admin, uid)
-                c = check_billing(name, r, before, after, unit_cost, conns)
-                checks.append(c)
-                before = after
+        rounds, checks = {}, []
+        for turn in range(args.rounds):
+            if args.rounds > 1:
+                print(f" round {turn + 1} of {args.rounds}", flush=True)
+            for name, base, body, k, conns, secs in plan:
+                r = procs.wrk(base + path, body, k, conns, args.threads, secs, watch)
+                rounds.setdefault(name, []).append(r)
+                print(f"  {name:18s} {r['rps']:9.1f} req/s  p50 {r['p50_ms']:.2f} ms  "
+                      f"p99 {r['p99_ms']:.2f} ms", flush=True)
+                if base == relay_url:
+                    after = settled(admin, uid)
+                    c = check_billing(name, r, before, after, unit_cost, conns)
+                    checks.append(c)
+                    before = after
+        # Each figure is its median over the rounds: the rounds interleave
+        # every server, so a slow minute on a shared machine is one round's
+        # outlier instead of one server's handicap.
+        runs = {name: median_run(rs) for name, rs in rounds.items()}
         peak = {"relay_rss_after_setup_kb": rss_setup,
                 "relay_vm_hwm_kb": procs.status_kb(relay.pid, "VmHWM"),
                 "relay_vm_rss_kb": procs.status_kb(relay.pid, "VmRSS"),
@@ -371,6 +406,7 @@ def main() -> int:
             "command": "python bench/run.py " + " ".join(sys.argv[1:]),
             "machine": dict(facts, loadavg_at_end=os.getloadavg()),
             "setup": {"connections": args.connections, "duration_s": args.duration,
+                      "rounds": args.rounds,
                       "latency_duration_s": args.latency_duration, "wrk_threads": args.threads,
                       "body_bytes": len(BODY), "stream_body_bytes": len(STREAM_BODY),
                       "unit_cost": unit_cost, "billing": "per token, limited key + user",

@@ -65,3 +65,17 @@ def test_hotspots_shares_parts_and_other_threads():
     # frames on (nearly) every stack say nothing and are left out
     assert "main (server.py)" not in ours
     assert "Where the time goes" in hotspots.render(s)
+
+
+def test_rounds_are_summed_up_by_their_medians_and_errors_by_their_total():
+    import run
+    rs = [{"rps": 1.0, "p50_ms": 2, "non_2xx": 0, "socket_errors": {},
+           "cpu_us_per_request": {"relay": 300, "upstream": 150}},
+          {"rps": 9.0, "p50_ms": 9, "non_2xx": 2, "socket_errors": {"read": 1},
+           "cpu_us_per_request": {"relay": 900, "upstream": 140}},
+          {"rps": 2.0, "p50_ms": 3, "non_2xx": 0, "socket_errors": {"read": 2},
+           "cpu_us_per_request": {"relay": 280, "upstream": 160}}]
+    assert run.median_run(rs) == {
+        "rps": 2.0, "p50_ms": 3, "non_2xx": 2, "socket_errors": {"read": 3},
+        "cpu_us_per_request": {"relay": 300, "upstream": 150}, "rounds": 3}
+    assert run.median_run(rs[:1]) == rs[0]
