@@ -61,7 +61,8 @@ class Estimator:
                 self._idle = None
             try:
                 answer = await asyncio.wait_for(self._ask(password, hints), ANSWER_SECONDS)
-            except (OSError, ValueError, KeyError, asyncio.TimeoutError, EOFError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, asyncio.TimeoutError,
+                    EOFError) as exc:
                 log.warning("password strength helper failed (%s); checking in-process",
                             exc or type(exc).__name__)
                 await self.close()

@@ -76,3 +76,18 @@ def test_the_server_never_loads_zxcvbn_itself():
             "assert asyncio.run(password_problem('x7#Kq!m2vPz$ok')) is None; "
             "assert 'zxcvbn' not in sys.modules, 'loaded by a check'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def test_a_helper_that_answers_nonsense_means_an_in_process_check(tmp_path):
+    # Whatever the helper says that is not a verdict, the password is still
+    # judged (here a "helper" that echoes a JSON list).
+    liar = tmp_path / "liar.py"
+    liar.write_text("import sys\nfor line in sys.stdin:\n    print('[1, 2]', flush=True)\n")
+
+    async def run():
+        est = Estimator(command=[sys.executable, str(liar)])
+        try:
+            return await est.measure("password1", [])
+        finally:
+            await est.close()
+    assert asyncio.run(run()) == measure("password1", [])
