@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import email
 import os
+import shutil
 import ssl
 import tempfile
 import threading
@@ -105,3 +106,6 @@ class SmtpSink:
         if self.controller is not None:
             self.controller.stop()
             self.controller = None
+        if getattr(self, "_dir", None):  # its throwaway certificate and key
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
