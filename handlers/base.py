@@ -71,7 +71,7 @@ def http_date() -> str:
 class Base(tornado.web.RequestHandler):
     def clear(self) -> None:
         # Tornado's own clear(), but for the Date header's text
-        # (tests/test_errors.py compares the two).
+        # (tests/test_process.py compares the two).
         self._headers = httputil.HTTPHeaders({"Server": _SERVER,
                                               "Content-Type": "text/html; charset=UTF-8",
                                               "Date": http_date()})

@@ -67,7 +67,7 @@ class Estimator:
                             exc or type(exc).__name__)
                 await self.close()
                 return measure(password, hints)
-            self._idle = asyncio.get_running_loop().call_later(
+            self._idle = loop.call_later(
                 self.idle_seconds, lambda: asyncio.ensure_future(self._retire()))
             return answer
 

@@ -144,8 +144,10 @@ def _plain(raw: bytes) -> bool:
     return not (_LONG_INT.search(raw) or _BIG_FLOAT.search(raw) or _SURROGATE_ESCAPE.search(raw))
 
 
-def dumps(value: Any) -> bytes:
-    """Compact UTF-8 JSON for a document we send (an upstream request)."""
+def dumps(value: Any, held: bool = True) -> bytes:
+    """Compact UTF-8 JSON for a document we send.  `held`: the bytes outlive
+    the call (an upstream request, kept for the whole stream); False when the
+    caller copies them at once anyway (an SSE event joined to its frame)."""
     if orjson is not None:
         try:
             out = orjson.dumps(value)
@@ -153,9 +155,8 @@ def dumps(value: Any) -> bytes:
             pass
         else:
             # orjson's bytes keep the buffer it wrote them into (4 KB for a
-            # short text, 32 KB for 3 KB): copied to their size, as an
-            # upstream request is held for the whole stream.
-            return memoryview(out).tobytes()
+            # short text, 32 KB for 3 KB): copied to their size when kept.
+            return memoryview(out).tobytes() if held else out
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 

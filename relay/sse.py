@@ -81,8 +81,9 @@ def _parse_block(raw: bytes) -> Event | None:
 def encode(data: Any, event: str | None = None) -> bytes:
     """One event on the wire; dicts are JSON-encoded compactly."""
     head = b"event: " + event.encode() + b"\n" if event else b""
-    return head + b"data: " + (data.encode() if isinstance(data, str) else jsonin.dumps(data)) \
-        + b"\n\n"
+    # The frame is a new bytes of its own size: the JSON need not be copied first.
+    return head + b"data: " + (data.encode() if isinstance(data, str)
+                               else jsonin.dumps(data, held=False)) + b"\n\n"
 
 
 DONE = b"data: [DONE]\n\n"

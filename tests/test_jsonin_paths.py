@@ -93,3 +93,19 @@ def test_what_we_send_takes_only_its_own_size():
             tracemalloc.stop()
         # (a non-ASCII str keeps its own UTF-8 copy once: the 5%)
         assert held < len(kept[0]) * 1.05 + 200, (len(kept[0]), held)
+
+
+def test_an_event_frame_takes_only_its_own_size():
+    # relay/sse.encode joins the JSON to its frame, which is the copy.
+    import tracemalloc
+
+    from relay import sse
+    doc = {"choices": [{"index": 0, "delta": {"content": "hello " * 20}}]}
+    tracemalloc.start()
+    try:
+        kept = [sse.encode(doc, "message") for _ in range(50)]
+        held = tracemalloc.get_traced_memory()[0] / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert kept[0].startswith(b"event: message\ndata: {") and kept[0].endswith(b"}\n\n")
+    assert held < len(kept[0]) + 200, (len(kept[0]), held)
