@@ -14,7 +14,7 @@ def _event(doc) -> bytes:
     return b"data: " + json.dumps(doc).encode() + b"\n\n"
 
 
-def _wire(crlf: bool = False) -> bytes:
+def _wire(crlf: bool = False, endings: random.Random | None = None) -> bytes:
     parts = [b": keep-alive\n\n"]
     for word in ("Hel", 'lo, \\u00e9', ' w\\"orld'):
         parts.append(b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"'
@@ -25,6 +25,8 @@ def _wire(crlf: bool = False) -> bytes:
         "prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12,
         "prompt_tokens_details": {"cached_tokens": 2}}}))
     parts.append(b"data: [DONE]\n\n")
+    if endings is not None:  # each event ends its own way, as SSE allows
+        parts = [p[:-2] + endings.choice((b"\n\n", b"\r\n\r\n", b"\r\r")) for p in parts]
     wire = b"".join(parts)
     return wire.replace(b"\n", b"\r\n") if crlf else wire
 
@@ -39,11 +41,11 @@ def _run(wire: bytes, cuts: list[int]):
     return reader, out
 
 
-@pytest.mark.parametrize("crlf", [False, True])
+@pytest.mark.parametrize("crlf", [False, True, "mixed"])
 @pytest.mark.parametrize("seed", range(20))
 def test_bytes_usage_and_text_whatever_the_cuts(crlf, seed):
-    wire = _wire(crlf)
     rnd = random.Random(seed)
+    wire = _wire(crlf is True, rnd if crlf == "mixed" else None)
     cuts = [rnd.randrange(1, len(wire)) for _ in range(rnd.randrange(0, 12))]
     reader, chunks = _run(wire, cuts)
     sent = b"".join(c.raw for c in chunks)
@@ -52,6 +54,7 @@ def test_bytes_usage_and_text_whatever_the_cuts(crlf, seed):
     # the events are read (usage, [DONE]) and written again the same way.
     assert sent[:usage_at] == wire[:usage_at]
     assert sent.endswith(b"data: [DONE]\n\n") and sent.count(b"[DONE]") == 1
+    assert sent.count(b"data: ") == wire.count(b"data: ")
     assert b'"usage"' in sent[usage_at:]
     assert reader.usage.prompt_tokens == 7 and reader.usage.completion_tokens == 5
     assert reader.usage.cached_tokens == 2

@@ -89,10 +89,26 @@ class BinaryStream(StreamReader):
 
 # The string fields delta_text() reads, as they appear in a chunk's JSON (`text`: a legacy
 # completion chunk).
-_DELTA_TEXT = re.compile(r'"(?:content|reasoning_content|name|arguments|text)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+# The string's body is the unrolled form of ((?:[^"\\]|\\.)*): the same strings, matched
+# in runs rather than a character at a time (half the time, on every streamed event).
+_DELTA_TEXT = re.compile(r'"(?:content|reasoning_content|name|arguments|text)"\s*:\s*"'
+                         r'([^"\\]*(?:\\.[^"\\]*)*)"')
 _DELTA_TEXT_B = re.compile(_DELTA_TEXT.pattern.encode())
 # An event ends at a blank line (relay/sse.py's three line endings).
 _EVENT_END = (b"\n\n", b"\r\n\r\n", b"\r\r")
+
+
+def _events_end(buf: bytes, before: int) -> int:
+    """Where the last event that ends within buf[:before] ends; 0 if none."""
+    if b"\r" not in buf:  # nearly every upstream: only one ending is possible
+        i = buf.rfind(b"\n\n", 0, before)
+        return i + 2 if i >= 0 else 0
+    end = 0
+    for sep in _EVENT_END:
+        i = buf.rfind(sep, 0, before)
+        if i >= 0 and i + len(sep) > end:
+            end = i + len(sep)
+    return end
 
 
 def delta_text(chunk: dict) -> str:
@@ -226,20 +242,19 @@ class OpenAIStream(StreamReader):
 
     def _pass(self, data: bytes) -> list[Chunk]:
         buf = self._tail + data if self._tail else data
-        end = max(buf.rfind(sep) + len(sep) if sep in buf else 0 for sep in _EVENT_END)
+        end = _events_end(buf, len(buf))
         self._tail = buf[end:]
         if len(self._tail) > self.parser.max_event:
             raise ValueError("server-sent event larger than the limit")
         if not end:
             return []
         done = buf[:end] if end < len(buf) else buf
-        hits = [i for i in (done.find(b'"usage"'), done.find(b"[DONE]")) if i >= 0]
-        if not hits:
+        usage, last = done.find(b'"usage"'), done.find(b"[DONE]")
+        if usage < 0 and last < 0:
             return self._forward(done)
         # The events before the first that may carry usage or end the
         # stream still leave as they came; from there on they are read.
-        start = max(done.rfind(sep, 0, min(hits)) + len(sep) if done.rfind(sep, 0, min(hits)) >= 0
-                    else 0 for sep in _EVENT_END)
+        start = _events_end(done, last if usage < 0 else usage if last < 0 else min(usage, last))
         return (self._forward(done[:start]) if start else []) + \
             self._events(self.parser.feed(done[start:]))
 
