@@ -37,8 +37,28 @@ INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_LONG_INT = re.compile(rb"\d{19}")
-_BIG_FLOAT = re.compile(rb"[eE]\+?\d{3}|\d{300}")
+# Where the json module must read what orjson would not read alike: an
+# integer of 19 digits or more, an exponent of three digits (e+308 is past
+# a float), a run of 300 digits.  Looked for in the body's shape: digits
+# read as 0, e and E as e, + as itself, all else as a space.  One pass of
+# bytes.translate and a few substring searches: a regex such as \d{19}
+# tries every position, 3 us for a short request and 60 us for 6 KB.
+_SHAPES = bytes(48 if chr(c).isdigit() and c < 128 else 101 if c in b"eE"
+                else 43 if c == 43 else 32 for c in range(256))
+_LONG_RUN = b"0" * 19
+_FLOAT_RUN = b"0" * 300
+
+
+def _long_int(shape: bytes) -> bool:
+    return _LONG_RUN in shape
+
+
+def _big_float(shape: bytes) -> bool:
+    return b"e000" in shape or b"e+000" in shape or _FLOAT_RUN in shape
+
+
+def _surrogate_escape(data: bytes) -> bool:
+    return b"\\u" in data and _SURROGATE_ESCAPE.search(data) is not None
 # One token of JSON text, for naming the field where nesting gets too deep.
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}:,]')
 _SCAN_TOKENS, _SCAN_CHARS = 200_000, 2_000_000
@@ -120,9 +140,10 @@ def parse(raw: bytes | str, what: str = "The request body", max_depth: int = MAX
         return _constant(name)
 
     hooks: dict = {"parse_constant": constant}
-    if _LONG_INT.search(data):
+    shape = data.translate(_SHAPES)
+    if _long_int(shape):
         hooks["parse_int"] = lambda t: _note(refused, _int(t))
-    if _BIG_FLOAT.search(data):
+    if _big_float(shape):
         hooks["parse_float"] = lambda t: _note(refused, _float(t))
     try:
         doc = json.loads(text, **hooks)
@@ -131,7 +152,7 @@ def parse(raw: bytes | str, what: str = "The request body", max_depth: int = MAX
     except ValueError as exc:
         raise BadInput(f"{what} is not valid JSON: {exc}.") from None
     deep = data.count(b"[") + data.count(b"{") > max_depth
-    surrogates = bool(_SURROGATE_ESCAPE.search(data))
+    surrogates = _surrogate_escape(data)
     if deep or surrogates or refused:
         problem = _check(doc, max_depth if deep else 0, surrogates)
         if problem is not None:
@@ -141,7 +162,8 @@ def parse(raw: bytes | str, what: str = "The request body", max_depth: int = MAX
 
 
 def _plain(raw: bytes) -> bool:
-    return not (_LONG_INT.search(raw) or _BIG_FLOAT.search(raw) or _SURROGATE_ESCAPE.search(raw))
+    shape = raw.translate(_SHAPES)
+    return not (_long_int(shape) or _big_float(shape) or _surrogate_escape(raw))
 
 
 def dumps(value: Any, held: bool = True) -> bytes:
@@ -163,7 +185,7 @@ def dumps(value: Any, held: bool = True) -> bytes:
 def loads_answer(body: bytes | str) -> Any:
     """An upstream's JSON answer, read as the json module reads it (what
     orjson would refuse or round, NaN or a long integer, goes to json)."""
-    if orjson is not None and isinstance(body, bytes) and not _LONG_INT.search(body):
+    if orjson is not None and isinstance(body, bytes) and not _long_int(body.translate(_SHAPES)):
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:

@@ -109,3 +109,26 @@ def test_an_event_frame_takes_only_its_own_size():
         tracemalloc.stop()
     assert kept[0].startswith(b"event: message\ndata: {") and kept[0].endswith(b"}\n\n")
     assert held < len(kept[0]) + 200, (len(kept[0]), held)
+
+
+# The shapes jsonin looks for in one pass of bytes.translate, each against the
+# regex it stands for (relay/jsonin.py: _long_int, _big_float, _surrogate_escape).
+_SHAPED = st.binary(max_size=80) | st.lists(
+    st.sampled_from([b"1", b"9", b"0" * 18, b"7" * 19, b"e", b"E", b"+", b"-", b".", b"\\u",
+                     b"d8", b"D9", b"a", b"\xb2", b"\xd9\xa3", b" ", b'"']),
+    max_size=40).map(b"".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_SHAPED)
+def test_the_shape_checks_find_what_the_regexes_find(raw):
+    import re
+    shape = raw.translate(jsonin._SHAPES)
+    assert jsonin._long_int(shape) == bool(re.search(rb"\d{19}", raw))
+    assert jsonin._big_float(shape) == bool(re.search(rb"[eE]\+?\d{3}|\d{300}", raw))
+    assert jsonin._surrogate_escape(raw) == bool(re.search(rb"\\u[dD][89a-fA-F]", raw))
+
+
+def test_a_run_of_300_digits_is_a_big_float():
+    shape = (b"1" * 300).translate(jsonin._SHAPES)
+    assert jsonin._big_float(shape) and not jsonin._big_float(shape[:299])
