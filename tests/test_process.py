@@ -130,3 +130,26 @@ def test_the_handlers_clear_is_tornados_but_for_the_date():
                - email.utils.parsedate_to_datetime(b["Date"]).timestamp()) <= 2
     assert (ours._status_code, ours._reason, ours._write_buffer) == \
         (theirs._status_code, theirs._reason, theirs._write_buffer)
+
+
+def test_request_ids_never_repeat_not_even_across_a_fork():
+    # The id is the usage record's _id: a repeat would be a lost record.
+    import os
+    import re
+
+    from handlers.base import new_request_id
+
+    ids = [new_request_id() for _ in range(20_000)]  # several refills of the pool
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"req_[0-9a-f]{24}", i) for i in ids)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: what it draws next, to the parent
+        os.write(w, " ".join(new_request_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(w)
+    child = set(os.read(r, 100_000).decode().split())
+    os.waitpid(pid, 0)
+    os.close(r)
+    mine = {new_request_id() for _ in range(50)}
+    assert len(child) == 50 and not child & mine
