@@ -157,7 +157,13 @@ async def stop_workers(app: RelayApplication, grace: float, budget: float = 8.0)
     while s["service"].inflight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     if s["service"].inflight:
+        # Cancelled, not left to run: billing is about to close its books,
+        # and a call answered after that would be an answer without a charge.
         log.warning("%d call(s) still running after %.0fs; cancelling", s["service"].inflight, grace)
+        s["service"].cancel_running()
+        until = time.monotonic() + min(2.0, budget / 4)
+        while s["service"].inflight and time.monotonic() < until:
+            await asyncio.sleep(0.02)
     deadline = time.monotonic() + budget
 
     def left(share: float = 1.0) -> float:

@@ -41,6 +41,9 @@ class Reservation:
     amount: int
     done: bool = False
     charged: int = 0
+    # Given back at shutdown while its call still ran: if that call settles
+    # after all, its charge is still recorded (see stop()).
+    orphaned: bool = False
 
 
 class Billing(Flusher):
@@ -99,7 +102,11 @@ class Billing(Flusher):
         refund) nothing is charged.
         """
         if res.done:
-            return res.charged
+            if not (res.orphaned and record is not None):
+                return res.charged
+            # Its reservation went back when the books closed: charged from
+            # what is left, the rest unpaid, but never unrecorded (once).
+            res.amount, res.orphaned = 0, False
         cost = max(int(cost), 0) if record is not None else 0
         if record is not None:
             record.setdefault("created_at", time.time())
@@ -288,6 +295,7 @@ class Billing(Flusher):
         self._flusher = self._guard = self._beat = None
         for res in list(self._open.values()):
             await self.refund(res)
+            res.orphaned = True
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
@@ -309,3 +317,4 @@ class Billing(Flusher):
             else:
                 log.critical("database unavailable at shutdown and the spill file is full: "
                              "%d usage record(s) lost", self.journal.pending)
+        self.journal.closed = True

@@ -112,8 +112,17 @@ class Journal:
         self.batch = batch
         self.inflight: list[tuple[float, dict]] = []   # taken by a tick, not yet stored
         self.inflight_spilled = False
+        # Set when billing has stopped: nothing will flush memory any more,
+        # so a late record (a call that ended after the books closed) is
+        # written to the spill file at once, for the next start to apply.
+        self.closed = False
 
     def add(self, record: dict) -> None:
+        if self.closed:
+            if self.spill.append([record]):
+                return
+            log.critical("usage record %s came after shutdown and the spill file is full",
+                         record.get("_id"))
         self.memory.append((time.monotonic(), record))
 
     @property

@@ -56,6 +56,7 @@ class RelayService:
         self.scheduler = scheduler
         self.upstream = upstream
         self.inflight = 0
+        self.running: set = set()  # the Cancel of every call past its reservation
         self._bound: dict | None = None
         self.limits = None  # relay/limits.Limiter, installed by it
 
@@ -199,6 +200,7 @@ class RelayService:
             raise
         t0 = time.monotonic()
         self.inflight += 1
+        self.running.add(cancel)
         outcome = None
         try:
             outcome = await self._try_channels(call, channels, sink, face, cancel)
@@ -211,12 +213,20 @@ class RelayService:
             if outcome is None:  # cancelled: settled as what was delivered
                 outcome = Outcome()
             self.inflight -= 1
+            self.running.discard(cancel)
             if self.limits:
                 self.limits.done(ticket, outcome.usage)
             # Billed at the price of the channel that answered.
             price = prices.get(getattr(outcome.channel, "id", None), price)
             await self._settle(call, auth, price, res, outcome, t0, cancel)
         return outcome
+
+    def cancel_running(self) -> int:
+        """Stop every call in flight (shutdown, past the grace period): each
+        is settled as what it delivered while billing can still take it."""
+        for cancel in list(self.running):
+            cancel.cancelled = True
+        return len(self.running)
 
     async def _try_channels(self, call, channels, sink, face, cancel) -> Outcome:
         last = None

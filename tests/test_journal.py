@@ -208,3 +208,35 @@ def test_records_are_stored_compactly_and_read_back_whole(mongo_url, tmp_path):
         assert view["estimated"] is False and view["prompt_tokens"] == 4 and view["quota"] == 10
         await store.close()
     run(body())
+
+
+def test_a_call_that_settles_after_billing_stopped_is_still_recorded(mongo_url, tmp_path):
+    """Shutdown gives back the reservations of calls still running; one that
+    settles after all (it ignored its cancellation) is charged from what is
+    left, the rest unpaid, and its record goes to the spill file, which the
+    next start applies.  The books balance either way."""
+    async def go():
+        store = await _store(mongo_url)
+        b = _billing(store, tmp_path, "p1")
+        await b.register()
+        await _charge(b, 2)
+        late = await b.reserve("late", 1, 1, True, 100)
+        await b.stop()
+        assert late.done and late.orphaned
+        charged = await b.settle(late, 100, {"_id": "late", "user_id": 1, "token_id": 1})
+        assert await b.settle(late, 100, {"_id": "late", "user_id": 1, "token_id": 1}) == charged
+        with open(b.journal.spill.path) as fh:
+            spilled = [json.loads(line) for line in fh]
+        assert [(r["_id"], r["cost"], r["quota"], r["unpaid"]) for r in spilled] == \
+            [("late", 100, charged, 100 - charged)]
+        assert not b.journal.memory
+        nxt = _billing(store, tmp_path, "p2")
+        await nxt.start_up(["p1"])
+        assert await store.db.usage.find_one({"_id": "late"})
+        books = await _books(store)
+        assert books["users"][1] == books["records"] == 200 + charged
+        assert books["users"][0] + books["users"][1] == INITIAL
+        assert books["tokens"][0] + books["tokens"][1] == INITIAL
+        await nxt.stop()
+        await store.close()
+    run(go())

@@ -239,3 +239,59 @@ def _alive(pid):
         return False
     with open(f"/proc/{pid}/stat") as fh:
         return fh.read().split()[2] != "Z"
+
+
+@pytest.mark.slow
+def test_a_stream_still_running_when_the_grace_ends_is_billed_whatever_the_database_does(
+        tmp_path, fake):
+    """SIGTERM with the database gone, and a stream that outlasts the grace
+    period.  Billing then spends seconds failing to reach the database; the
+    stream must not go on meanwhile to a full answer that nobody recorded
+    (its reservation given back as the books were closed).  Cancelled at the
+    end of the grace, it is charged for what it delivered, and the record
+    reaches the spill file and the next start."""
+    data = str(tmp_path / "data")
+    relay = RelayProcess("", data, args=["--shutdown-grace", "1"]).start()
+    env = setup_tenant(relay, fake)
+    key = env["token"]["key"]
+    _served(relay, env)  # a lease in hand: the stream needs no database to start
+    got: dict = {}
+
+    def stream():
+        r = requests.post(relay.url + "/v1/chat/completions", stream=True, timeout=30, json={
+            "model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}],
+            "stream": True, "fake_chunks": 8, "fake_delay": 0.6},
+            headers={"Authorization": f"Bearer {key}"})
+        got["id"], got["status"] = r.headers.get("X-Request-Id"), r.status_code
+        body = b""
+        try:
+            for piece in r.iter_content(None):
+                body += piece
+        except requests.RequestException:
+            pass
+        got["body"] = body
+
+    import threading
+    t = threading.Thread(target=stream)
+    t.start()
+    eventually(lambda: "id" in got, timeout=10)
+    for pid in children(relay.proc.pid):
+        os.kill(pid, signal.SIGKILL)          # the database dies
+    relay.proc.send_signal(signal.SIGTERM)
+    assert relay.proc.wait(30) == 0, relay.log()[-3000:]
+    t.join(10)
+    relay.stop()
+    assert got["status"] == 200 and b"data: " in got["body"], got
+    relay = RelayProcess("", data, db_name=relay.db_name).start()
+    try:
+        db = client(database_of(data))[relay.db_name]
+        b = books(db, env)
+        assert got["id"] in b["ids"], "the stream's answer has no usage record"
+        assert_books(b, env)
+        rec = db.usage.find_one({"_id": got["id"]})
+        # Cut short: an error event ends what the client got, and the record
+        # says 499; either way what was delivered is charged.
+        cut = b'"error"' in got["body"]
+        assert rec["status"] == (499 if cut else 200) and rec["cost"] > 0, rec
+    finally:
+        relay.stop()
