@@ -46,7 +46,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--upstream", required=True)
+    ap.add_argument("--uvloop", action="store_true",
+                    help="run on uvloop, as the relay does (default: asyncio's own loop)")
     args = ap.parse_args()
+    if args.uvloop:
+        import asyncio
+
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     client = CurlAsyncHTTPClient(force_instance=True, max_clients=512)
     app = tornado.web.Application([(r"(/.*)", Forward,
                                     {"upstream": args.upstream, "client": client})])

@@ -78,11 +78,13 @@ def start_upstream(workdir: str) -> tuple[Child, str]:
     return child, f"http://127.0.0.1:{port}"
 
 
-def start_bare_proxy(workdir: str, upstream_url: str) -> tuple[Child, str]:
+def start_bare_proxy(workdir: str, upstream_url: str, uvloop: bool = False) -> tuple[Child, str]:
     port = free_port()
-    child = Child("bare proxy", [sys.executable, os.path.join(ROOT, "bench", "bare_proxy.py"),
-                                 "--port", str(port), "--upstream", upstream_url],
-                  os.path.join(workdir, "bare.log"))
+    name = "bare_uvloop" if uvloop else "bare"
+    child = Child(name, [sys.executable, os.path.join(ROOT, "bench", "bare_proxy.py"),
+                         "--port", str(port), "--upstream", upstream_url]
+                  + (["--uvloop"] if uvloop else []),
+                  os.path.join(workdir, name + ".log"))
     child.start(port)
     return child, f"http://127.0.0.1:{port}"
 

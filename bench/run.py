@@ -165,7 +165,7 @@ def print_table(runs: dict) -> None:
     for name, r in runs.items():
         errs = r["non_2xx"] + sum(r["socket_errors"].values())
         cpu, per = r["cpu_pct"], r["cpu_us_per_request"]
-        proxy = next((p for p in ("relay", "bare") if name.startswith(p)), None)
+        proxy = next((p for p in ("relay", "bare_uvloop", "bare") if name.startswith(p)), None)
         print(f"{name:18s} {r['connections']:5d} {r['rps']:9.1f} {ms(r['p50_ms'])} "
               f"{ms(r['p90_ms'])} {ms(r['p99_ms'])} {errs:6d}  "
               f"{cpu.get(proxy, 0):5.1f} / {cpu['upstream']:5.1f}      "
@@ -261,11 +261,14 @@ def main() -> int:
         print(f"note: load average {facts['loadavg_at_start'][0]:.1f} on {facts['nproc']} "
               "cores; other processes will skew req/s (cpu us/req much less).")
     work = tempfile.mkdtemp(prefix="relay-bench-")
-    upstream = relay = bare = None
+    upstream = relay = bare = bare_uv = None
     try:
         upstream, upstream_url = procs.start_upstream(work)
         if not args.no_bare:
             bare, bare_url = procs.start_bare_proxy(work, upstream_url)
+            # The same proxy on the relay's own event loop (uvloop): the
+            # ceiling of the stack as the relay runs it.
+            bare_uv, bare_uv_url = procs.start_bare_proxy(work, upstream_url, uvloop=True)
         relay, relay_url = procs.start_relay(work, ADMIN_PASSWORD)
         env = setup(relay_url, upstream_url, args.limits)
         admin, uid, key = env["admin"], env["user_id"], env["key"]
@@ -297,8 +300,12 @@ def main() -> int:
         ]
         if bare is not None:
             watch["bare"] = bare.pid
+            watch["bare_uvloop"] = bare_uv.pid
             plan[4:4] = [("bare", bare_url, BODY, "", args.connections, args.duration),
                          ("bare_stream", bare_url, STREAM_BODY, "", args.connections,
+                          args.duration),
+                         ("bare_uvloop", bare_uv_url, BODY, "", args.connections, args.duration),
+                         ("bare_uvloop_stream", bare_uv_url, STREAM_BODY, "", args.connections,
                           args.duration)]
             plan += [("bare_c1", bare_url, BODY, "", 1, args.latency_duration),
                      ("bare_stream_c1", bare_url, STREAM_BODY, "", 1, args.latency_duration)]
@@ -353,6 +360,10 @@ def main() -> int:
             ratios["bare_vs_direct"] = round(runs["bare"]["rps"] / runs["direct"]["rps"], 3)
             ratios["relay_stream_vs_bare_stream"] = round(
                 runs["relay_stream"]["rps"] / runs["bare_stream"]["rps"], 3)
+            ratios["relay_vs_bare_uvloop"] = round(
+                runs["relay"]["rps"] / runs["bare_uvloop"]["rps"], 3)
+            ratios["relay_stream_vs_bare_uvloop_stream"] = round(
+                runs["relay_stream"]["rps"] / runs["bare_uvloop_stream"]["rps"], 3)
         met = min(ratios["relay_vs_direct"],
                   ratios["relay_stream_vs_direct_stream"]) >= TARGET_RATIO
         # Every server here is one single-threaded process that runs out of
@@ -371,12 +382,16 @@ def main() -> int:
                           # the bare proxy's CPU per call over the relay's
                           ("relay_vs_bare", "relay", "relay", "bare", "bare"),
                           ("relay_stream_vs_bare_stream", "relay_stream", "relay",
-                           "bare_stream", "bare"))
+                           "bare_stream", "bare"),
+                          ("relay_vs_bare_uvloop", "relay", "relay", "bare_uvloop",
+                           "bare_uvloop"),
+                          ("relay_stream_vs_bare_uvloop_stream", "relay_stream", "relay",
+                           "bare_uvloop_stream", "bare_uvloop"))
                       if a in runs and b in runs}
-        print("\nratios (relay req/s / direct req/s)    measured  by CPU per call")
+        print("\nratios (relay req/s / direct req/s)        measured  by CPU per call")
         for k, v in ratios.items():
             c = cpu_ratios.get(k)
-            print(f"  {k:32s} {v:9.3f}  {'' if c is None else f'{c:9.3f}'}")
+            print(f"  {k:36s} {v:9.3f}  {'' if c is None else f'{c:9.3f}'}")
         met_cpu = min(cpu_ratios["relay_vs_direct"],
                       cpu_ratios["relay_stream_vs_direct_stream"]) >= TARGET_RATIO
         print(f"  target >= {TARGET_RATIO:.3f} for both modes: {'met' if met else 'NOT met'} "
@@ -425,7 +440,7 @@ def main() -> int:
         print(f"\nwrote {args.out}")
         return 0 if billing_ok else 1
     finally:
-        procs.tear_down((relay, bare, upstream), work, args.keep)
+        procs.tear_down((relay, bare, bare_uv, upstream), work, args.keep)
 
 
 if __name__ == "__main__":
