@@ -90,9 +90,9 @@ def answer_headers() -> httputil.HTTPHeaders:
                                           "Content-Type": "text/html; charset=UTF-8",
                                           "Date": httputil.format_timestamp(now)})
         _fresh[0] = now
-    h = object.__new__(httputil.HTTPHeaders)
-    h.__dict__.update({field: {k: v[:] if type(v) is list else v for k, v in kept.items()}
-                       for field, kept in vars(_fresh[1]).items()})
+    h = httputil.HTTPHeaders()
+    for field, kept in vars(_fresh[1]).items():
+        setattr(h, field, {k: v[:] if type(v) is list else v for k, v in kept.items()})
     return h
 
 

@@ -67,6 +67,10 @@ class RelayHandler(Base):
             cls.prepare = _refuse_after_body(cls.__dict__["prepare"])
 
     def initialize(self) -> None:
+        # No templates here: Tornado's per-request UI namespace (and the
+        # reference cycle it makes with the handler) would only be carried
+        # for the whole life of a stream.
+        self.ui = None
         self.cancel = Cancel()
         self._chunks: list[bytes] = []
         self._size = 0
