@@ -210,7 +210,6 @@ class CurlClient(CurlAsyncHTTPClient):
         self._ids: dict[int, int] = {}  # fd -> _identity() when its handler was added
         self._unwatched: set[int] = set()  # kept fds libcurl is not watching now
         self._kept: frozenset[int] = frozenset()
-        self._soon = None  # the timer handle when libcurl last asked for "now"
         # No handles up front: CurlAsyncHTTPClient.initialize makes
         # max_clients of them.  The eventfds that appear while it makes the
         # multi handle are the handle's own, open until it is closed.
@@ -255,26 +254,6 @@ class CurlClient(CurlAsyncHTTPClient):
         else:
             return
         fds[fd] = want
-
-    # ---- libcurl's timer --------------------------------------------------------
-    def _set_timeout(self, msecs: int) -> None:
-        # libcurl states its wish after nearly every call into it, mostly
-        # "now" (0) or "none" (-1).  Tornado answers each with a new heap
-        # timer, and -1 with one that fires at once for nothing.  "Now" is
-        # a call on the loop's next turn, kept if one is already due.
-        timeout = self._timeout
-        if msecs == 0:
-            if timeout is not None:
-                if timeout is self._soon:
-                    return
-                timeout.cancel()
-            self._timeout = self._soon = self.io_loop.asyncio_loop.call_soon(self._handle_timeout)
-            return
-        if timeout is not None:
-            timeout.cancel()
-            self._timeout = None
-        if msecs > 0:
-            self._timeout = self.io_loop.call_later(msecs / 1000.0, self._handle_timeout)
 
     def _drop(self, fd: int) -> None:
         self.io_loop.remove_handler(fd)
@@ -356,9 +335,8 @@ class CurlClient(CurlAsyncHTTPClient):
         t.header_lines = None  # libcurl has its own copy now
         curl.xfer = t
         self.active += 1
-        # libcurl asks, from add_handle, for a timer of 0 (act now): no
-        # second wake-up of our own as Tornado's fetch() adds.
         self._multi.add_handle(curl)
+        self._set_timeout(0)
 
     def _finish(self, curl, curl_error=None, curl_message=None) -> None:
         t = getattr(curl, "xfer", None)
