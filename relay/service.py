@@ -55,8 +55,8 @@ class RelayService:
         self.usage_log = usage_log
         self.scheduler = scheduler
         self.upstream = upstream
-        self.inflight = 0
-        self.running: set = set()  # the Cancel of every call past its reservation
+        # The Cancel of every call past its reservation (each call has its own).
+        self.running: set = set()
         self._bound: dict | None = None
         self.limits = None  # relay/limits.Limiter, installed by it
 
@@ -199,7 +199,6 @@ class RelayService:
                 self.limits.done(ticket)
             raise
         t0 = time.monotonic()
-        self.inflight += 1
         self.running.add(cancel)
         outcome = None
         try:
@@ -212,7 +211,6 @@ class RelayService:
         finally:
             if outcome is None:  # cancelled: settled as what was delivered
                 outcome = Outcome()
-            self.inflight -= 1
             self.running.discard(cancel)
             if self.limits:
                 self.limits.done(ticket, outcome.usage)
@@ -221,12 +219,15 @@ class RelayService:
             await self._settle(call, auth, price, res, outcome, t0, cancel)
         return outcome
 
-    def cancel_running(self) -> int:
+    @property
+    def inflight(self) -> int:
+        return len(self.running)
+
+    def cancel_running(self) -> None:
         """Stop every call in flight (shutdown, past the grace period): each
         is settled as what it delivered while billing can still take it."""
         for cancel in list(self.running):
             cancel.cancelled = True
-        return len(self.running)
 
     async def _try_channels(self, call, channels, sink, face, cancel) -> Outcome:
         last = None
