@@ -31,7 +31,7 @@ from models.responses import ResponseStore
 from models.seed import reset_root_password, seed
 from models.store import Store
 from notify.bus import Bus
-from relay import process
+from relay import loop as relay_loop, process
 from relay.billing import Billing
 from relay.catalog import Catalog
 from relay.scheduler import Scheduler
@@ -232,6 +232,7 @@ def claim(config) -> tuple[DataDirLock, list]:
 
 
 async def serve(config, lock: DataDirLock, sockets: list) -> None:
+    relay_loop.install()
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if config.log_level.lower() != "debug":
