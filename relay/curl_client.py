@@ -19,16 +19,20 @@ changes, and why:
 - HTTPS transfers wait for a connection that can multiplex (HTTP/2) rather
   than each opening its own socket; that is what keeps thousands of streams
   to one vendor within the process's open-file limit.
-- Fewer event-loop registrations.  Tornado removes and re-adds a socket's
-  handler at every wish libcurl states, even an unchanged one.  Here a
-  handler is changed in place, and the multi handle's own wake-up
-  descriptors (eventfds made with it and closed with it, which libcurl asks
-  us to watch while any transfer runs and to stop watching after each) stay
-  registered for the client's life.  Other descriptors, such as the
-  eventfd of one DNS lookup, are closed by libcurl after use and are let go
-  when it says.  A socket that libcurl closed and reopened under the same
-  number without telling us (Tornado's reason for re-adding) shows a new
-  inode and is re-added.
+- libcurl's sockets are watched in an epoll of our own, which the event
+  loop watches as one descriptor for the client's life.  Tornado adds a
+  socket's handler to the loop when libcurl wants it watched and removes it
+  when it does not, at least once a call; on uvloop each add makes a poll
+  handle and each remove closes it (about eight system calls a call).
+  Here a socket libcurl stops watching rests in our epoll, so wanting it
+  again is one epoll_ctl.  That is safe only in an epoll nobody else uses:
+  libcurl closes resting sockets without a word (an idle connection
+  dropped from its cache), and the kernel takes a closed descriptor out of
+  an epoll by itself, so a number given to someone else is never watched
+  for them by mistake, and one libcurl reuses is registered afresh (the
+  kernel's ENOENT says so).  A resting socket that fires (the upstream
+  closed it) is let go at once.  One turn of the loop takes at most
+  `_BATCH` ready sockets, then the loop's other work runs.
 
 `fetch()` with an HTTPRequest keeps working (handles are made on demand
 there too), so this is a drop-in for the parts of Tornado's API we use.
@@ -36,8 +40,7 @@ there too), so this is a drop-in for the parts of Tornado's API we use.
 from __future__ import annotations
 
 import logging
-import os
-import stat
+import select
 import time
 from typing import Callable
 
@@ -51,33 +54,11 @@ log = logging.getLogger("relay.upstream")
 _PROTOCOLS = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
 # Tornado's user agent, kept so upstreams see what they always saw.
 USER_AGENT = "Mozilla/5.0 (compatible; pycurl)"
-_EVENTS = {pycurl.POLL_NONE: IOLoop.NONE, pycurl.POLL_IN: IOLoop.READ,
-           pycurl.POLL_OUT: IOLoop.WRITE, pycurl.POLL_INOUT: IOLoop.READ | IOLoop.WRITE}
-
-
-def _identity(fd: int) -> int:
-    """A socket's inode; -1 for anything else, -2 for a closed descriptor."""
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        return -2
-    return st.st_ino if stat.S_ISSOCK(st.st_mode) else -1
-
-
-def _eventfds() -> set[int]:
-    """The process's open eventfds (Linux; elsewhere none are known)."""
-    found = set()
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return found
-    for name in names:
-        try:
-            if os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[eventfd]":
-                found.add(int(name))
-        except (OSError, ValueError):
-            pass
-    return found
+_MASKS = {pycurl.POLL_NONE: 0, pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
+          pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT} if hasattr(select, "epoll") else {}
+# Reported whatever was asked: they mean "act now" for whatever libcurl wants.
+_TROUBLE = (select.EPOLLERR | select.EPOLLHUP) if hasattr(select, "epoll") else 0
+_BATCH = 256
 
 
 class Transfer:
@@ -207,68 +188,97 @@ class CurlClient(CurlAsyncHTTPClient):
         self.ca_file = ca_file
         self._dirty: list[Transfer] = []
         self.active = 0
-        self._ids: dict[int, int] = {}  # fd -> _identity() when its handler was added
-        self._unwatched: set[int] = set()  # kept fds libcurl is not watching now
-        self._kept: frozenset[int] = frozenset()
         # No handles up front: CurlAsyncHTTPClient.initialize makes
-        # max_clients of them.  The eventfds that appear while it makes the
-        # multi handle are the handle's own, open until it is closed.
-        before = _eventfds()
+        # max_clients of them.
         super().initialize(max_clients=0, defaults=defaults, max_body_size=max_body_size)
-        self._kept = frozenset(_eventfds() - before)
         # The connection cache: libcurl's default grows with the handles
         # added (4 each), which after a burst of streams would keep
         # thousands of idle sockets open.
         self._multi.setopt(pycurl.M_MAXCONNECTS, max_connects)
+        self._wanted: dict[int, int] = {}      # fd -> epoll mask libcurl wants now
+        self._registered: dict[int, int] = {}  # fd -> mask last given to our epoll
+        self._ep = select.epoll() if hasattr(select, "epoll") else None
+        if self._ep is not None:
+            self.io_loop.add_handler(self._ep.fileno(), self._on_ready, IOLoop.READ)
 
     def close(self) -> None:
         self._curls = self._free_list
-        for fd in list(self._fds):
-            self._drop(fd)
+        ep, self._ep = self._ep, None
+        if ep is not None:
+            self.io_loop.remove_handler(ep.fileno())
+            ep.close()
+        self._wanted.clear()
+        self._registered.clear()
         super().close()
 
     # ---- sockets --------------------------------------------------------------
     def _handle_socket(self, event: int, fd: int, multi, data) -> None:
-        fds = self._fds
-        have = fds.get(fd)
-        kept = fd in self._kept
+        ep = self._ep
+        if ep is None:  # no epoll (not Linux): Tornado's registrations
+            super()._handle_socket(event, fd, multi, data)
+            return
+        wanted = self._wanted
         if event == pycurl.POLL_REMOVE:
-            if have is not None:
-                if kept:
-                    self._unwatched.add(fd)
-                else:
-                    self._drop(fd)
+            # It rests in our epoll, where wanting it again costs one call;
+            # but a writable socket would fire at once, so that one goes.
+            wanted.pop(fd, None)
+            if self._registered.get(fd, 0) & select.EPOLLOUT:
+                self._let_go(fd)
             return
-        self._unwatched.discard(fd)
-        want = _EVENTS[event]
-        if have is not None and not kept and _identity(fd) != self._ids.get(fd):
-            # Closed and reopened under the same number: the kernel took the
-            # old socket out of epoll by itself.
-            self._drop(fd)
-            have = None
-        if have is None:
-            self.io_loop.add_handler(fd, self._handle_events, want)
-            self._ids[fd] = _identity(fd)
-        elif have != want:
-            self.io_loop.update_handler(fd, want)
-        else:
+        mask = _MASKS[event]
+        if wanted.get(fd) == mask:
             return
-        fds[fd] = want
+        wanted[fd] = mask
+        try:
+            if fd in self._registered:
+                ep.modify(fd, mask)
+            else:
+                ep.register(fd, mask)
+        except FileNotFoundError:
+            # Closed by libcurl while resting, and the kernel took it out of
+            # the epoll then; this is a new socket under the same number.
+            ep.register(fd, mask)
+        except FileExistsError:
+            ep.modify(fd, mask)
+        self._registered[fd] = mask
 
-    def _drop(self, fd: int) -> None:
-        self.io_loop.remove_handler(fd)
-        del self._fds[fd]
-        self._ids.pop(fd, None)
-        self._unwatched.discard(fd)
+    def _on_ready(self, fd: int, events: int) -> None:
+        # At most _BATCH sockets a turn: if more are ready the epoll stays
+        # readable and the loop comes back after its other callbacks.
+        wanted = self._wanted
+        for fd, mask in self._ep.poll(0, _BATCH):
+            want = wanted.get(fd)
+            if want is None:
+                # Ready while libcurl is not watching it (an idle connection
+                # the upstream closed, libcurl's own wake-up): let go, or
+                # the level-triggered epoll repeats it every turn.
+                self._let_go(fd)
+                continue
+            if mask & _TROUBLE:
+                mask |= want
+            action = 0
+            if mask & select.EPOLLIN:
+                action |= pycurl.CSELECT_IN
+            if mask & select.EPOLLOUT:
+                action |= pycurl.CSELECT_OUT
+            self._act(fd, action)
+        self._finish_pending_requests()
 
-    def _handle_events(self, fd: int, events: int) -> None:
-        if fd in self._unwatched:
-            # A kept descriptor became ready while libcurl was not watching
-            # it: libcurl would ignore the event and the loop, level-
-            # triggered, would repeat it.  Let go; the next wish re-adds it.
-            self._drop(fd)
-            return
-        super()._handle_events(fd, events)
+    def _act(self, fd: int, action: int) -> None:
+        while True:
+            try:
+                ret, _ = self._multi.socket_action(fd, action)
+            except pycurl.error as e:
+                ret = e.args[0] if isinstance(e.args[0], int) else 0
+            if ret != pycurl.E_CALL_MULTI_PERFORM:
+                return
+
+    def _let_go(self, fd: int) -> None:
+        self._registered.pop(fd, None)
+        try:
+            self._ep.unregister(fd)
+        except OSError:
+            pass
 
     # ---- handles made on demand, idle ones freed -----------------------------
     def _take(self) -> pycurl.Curl:
