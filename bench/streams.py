@@ -196,6 +196,7 @@ class Probe:
         self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         self.body = body
         self.lat: list[float] = []
+        self.at: list[float] = []  # when each call started (monotonic)
         self.errors: dict[str, int] = {}
 
     def call(self) -> None:
@@ -212,6 +213,25 @@ class Probe:
             self.conn.close()
             return
         self.lat.append((time.perf_counter() - t) * 1000)
+        self.at.append(time.monotonic())
+
+
+def cpu_times() -> list[int]:
+    """The machine's CPU time counters (/proc/stat's first line)."""
+    try:
+        with open("/proc/stat") as fh:
+            return [int(v) for v in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return []
+
+
+def steal_pct(before: list[int], after: list[int]) -> float:
+    """The share of CPU time the hypervisor gave to other guests meanwhile:
+    on a shared host, the slow steps are the ones where this is high."""
+    if len(before) < 8 or len(after) < 8:
+        return 0.0
+    total = sum(after) - sum(before)
+    return round(100 * (after[7] - before[7]) / total, 1) if total > 0 else 0.0
 
 
 def open_fds(pid: int) -> int:
@@ -260,7 +280,12 @@ def run_step(n: int, args, relay, relay_url: str, key: str, body: str, upstream=
     res["probe"] = {"calls": len(probe.lat) + sum(probe.errors.values()),
                     "errors": probe.errors,
                     "p50_ms": round(pct(probe.lat, 50), 2), "p99_ms": round(pct(probe.lat, 99), 2),
-                    "max_ms": round(max(probe.lat, default=0), 2)}
+                    "max_ms": round(max(probe.lat, default=0), 2),
+                    # When the slowest calls started, in seconds from the
+                    # step's start: the streams open for n / rate seconds,
+                    # then run chunks * interval.
+                    "slowest": [[round(at - t0, 1), round(ms, 1)] for ms, at in
+                                sorted(zip(probe.lat, probe.at), reverse=True)[:8]]}
     probe.conn.close()
     return res
 
@@ -312,9 +337,10 @@ def main() -> int:
         rss_idle = procs.status_kb(relay.pid, "VmRSS")
         rows = []
         for n in steps:
-            load0 = os.getloadavg()[0]
+            load0, stat0 = os.getloadavg()[0], cpu_times()
             r = run_step(n, args, relay, relay_url, key, BODY, upstream)
             r["loadavg_1m"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
+            r["steal_pct"] = steal_pct(stat0, cpu_times())
             after = settled(admin, uid)
             r["records"] = after["records"] - before["records"]
             r["records_expected"] = n + r["probe"]["calls"]
@@ -331,7 +357,7 @@ def main() -> int:
         print(f"\nrelay resident when idle after setup: {rss_idle / 1024:.0f} MiB")
         print(f"\n{'streams':>7s} {'ok':>6s} {'errors':>6s} {'ttfb p50':>9s} {'ttfb p99':>9s} "
               f"{'probe p50':>9s} {'probe p99':>9s} {'probe max':>9s} {'relay MiB':>9s} "
-              f"{'KiB/stream':>10s} {'db MiB':>7s} {'relay cpu s':>11s} {'load':>9s}")
+              f"{'KiB/stream':>10s} {'db MiB':>7s} {'relay cpu s':>11s} {'load':>9s} {'steal%':>6s}")
         for r in rows:
             per = (r["relay_rss_kb"] - rss_idle) / max(r["n"], 1)
             print(f"{r['n']:7d} {r['ok']:6d} {sum(r['errors'].values()):6d} "
@@ -339,7 +365,7 @@ def main() -> int:
                   f"{r['probe']['p50_ms']:9.2f} {r['probe']['p99_ms']:9.2f} "
                   f"{r['probe']['max_ms']:9.2f} {r['relay_rss_kb'] / 1024:9.0f} {per:10.1f} "
                   f"{r['database_rss_kb'] / 1024:7.0f} {r['relay_cpu_s']:11.1f} "
-                  f"{r['loadavg_1m'][0]:4.1f}-{r['loadavg_1m'][1]:<4.1f}")
+                  f"{r['loadavg_1m'][0]:4.1f}-{r['loadavg_1m'][1]:<4.1f} {r['steal_pct']:6.1f}")
         result = {
             "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": "python bench/streams.py " + " ".join(sys.argv[1:]),
