@@ -54,10 +54,11 @@ log = logging.getLogger("relay.upstream")
 _PROTOCOLS = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
 # Tornado's user agent, kept so upstreams see what they always saw.
 USER_AGENT = "Mozilla/5.0 (compatible; pycurl)"
+_EPOLL = hasattr(select, "epoll")  # Linux; elsewhere Tornado's registrations
 _MASKS = {pycurl.POLL_NONE: 0, pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
-          pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT} if hasattr(select, "epoll") else {}
+          pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT} if _EPOLL else {}
 # Reported whatever was asked: they mean "act now" for whatever libcurl wants.
-_TROUBLE = (select.EPOLLERR | select.EPOLLHUP) if hasattr(select, "epoll") else 0
+_TROUBLE = (select.EPOLLERR | select.EPOLLHUP) if _EPOLL else 0
 _BATCH = 256
 
 
@@ -197,7 +198,7 @@ class CurlClient(CurlAsyncHTTPClient):
         self._multi.setopt(pycurl.M_MAXCONNECTS, max_connects)
         self._wanted: dict[int, int] = {}      # fd -> epoll mask libcurl wants now
         self._registered: dict[int, int] = {}  # fd -> mask last given to our epoll
-        self._ep = select.epoll() if hasattr(select, "epoll") else None
+        self._ep = select.epoll() if _EPOLL else None
         if self._ep is not None:
             self.io_loop.add_handler(self._ep.fileno(), self._on_ready, IOLoop.READ)
 

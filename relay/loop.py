@@ -24,7 +24,6 @@ from tornado.ioloop import IOLoop
 from tornado.platform.asyncio import AsyncIOMainLoop
 
 _READ = IOLoop.READ
-_WRITE = IOLoop.WRITE
 
 
 class RelayLoop(AsyncIOMainLoop):
@@ -33,25 +32,18 @@ class RelayLoop(AsyncIOMainLoop):
         super().initialize(**kwargs)
 
     def update_handler(self, fd, events: int) -> None:
-        fd, fileobj = self.split_fd(fd)
+        fd, _ = self.split_fd(fd)
         if events & _READ:
-            if fd in self.resting:
-                self.resting.discard(fd)
-            elif fd not in self.readers:
-                self.selector_loop.add_reader(fd, self._handle_events, fd, _READ)
-                self.readers.add(fd)
+            self.resting.discard(fd)
         elif fd in self.readers:
+            # Let go of, but left registered: Tornado's own update then
+            # finds the reader there and leaves it alone.
             self.resting.add(fd)
-        if events & _WRITE:
-            if fd not in self.writers:
-                self.selector_loop.add_writer(fd, self._handle_events, fd, _WRITE)
-                self.writers.add(fd)
-        elif fd in self.writers:
-            self.selector_loop.remove_writer(fd)
-            self.writers.remove(fd)
+            events |= _READ
+        super().update_handler(fd, events)
 
     def remove_handler(self, fd) -> None:
-        fd, fileobj = self.split_fd(fd)
+        fd, _ = self.split_fd(fd)
         self.resting.discard(fd)
         super().remove_handler(fd)
 
@@ -61,8 +53,7 @@ class RelayLoop(AsyncIOMainLoop):
             self.readers.discard(fd)
             self.selector_loop.remove_reader(fd)
             return
-        fileobj, handler = self.handlers[fd]
-        handler(fileobj, events)
+        super()._handle_events(fd, events)
 
 
 def install() -> RelayLoop:

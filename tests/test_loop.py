@@ -60,6 +60,16 @@ def run(make, body):
         loop.close()
 
 
+def watched(io):
+    """A socket pair whose first end io watches for reads, as Tornado's
+    IOStream does; what the handler reads lands in the returned list."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    seen: list[bytes] = []
+    io.add_handler(a, lambda fd, ev: seen.append(a.recv(100)), READ | ERROR)
+    return a, b, seen
+
+
 async def turns(n: int = 5) -> None:
     for _ in range(n):
         await asyncio.sleep(0.01)
@@ -68,10 +78,7 @@ async def turns(n: int = 5) -> None:
 @pytest.mark.parametrize("kind", LOOPS)
 def test_a_reader_wanted_back_costs_no_registration(kind):
     async def body(io, spy):
-        a, b = socket.socketpair()
-        a.setblocking(False)
-        seen = []
-        io.add_handler(a, lambda fd, ev: seen.append(a.recv(100)), READ | ERROR)
+        a, b, seen = watched(io)
         io.update_handler(a, ERROR)      # Tornado read a request
         io.update_handler(a, READ | ERROR)  # ... and listens for the client leaving
         assert spy.count("add_reader") == 1 and spy.count("remove_reader") == 0
@@ -85,10 +92,7 @@ def test_a_reader_wanted_back_costs_no_registration(kind):
 @pytest.mark.parametrize("kind", LOOPS)
 def test_a_resting_reader_that_fires_is_removed_unseen_and_no_busy_loop(kind):
     async def body(io, spy):
-        a, b = socket.socketpair()
-        a.setblocking(False)
-        seen = []
-        io.add_handler(a, lambda fd, ev: seen.append(a.recv(100)), READ | ERROR)
+        a, b, seen = watched(io)
         io.update_handler(a, ERROR)
         b.send(b"early")
         await turns(10)
