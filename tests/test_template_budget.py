@@ -24,6 +24,7 @@ HOSTILE = {
                          "{% endmacro %}{{ f(40) }}",
     "output flood": "{% for i in range(20000) %}{{ 'x' * 1000 }}{% endfor %}",
     "join separator": "{{ range(20000)|join('x' * 50000) }}",
+    "join alone": "{% set s = 'x' * 60000 %}{{ [s, s, s]|join }}",
     "replace blow-up": "{{ ('a' * 60000).replace('a', 'bbbb') }}",
     "long source": "{{ title }}" * 2000,
 }
