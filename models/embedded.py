@@ -27,6 +27,7 @@ import time
 log = logging.getLogger("relay.embedded")
 
 _PR_SET_PDEATHSIG = 1
+_NX_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nx_server.py")
 
 
 def _die_with_parent() -> None:
@@ -102,7 +103,10 @@ class EmbeddedMongo:
         os.makedirs(self.dir, exist_ok=True)
         self._clear_stale()
         self.port = _free_port()
-        cmd = [sys.executable, "-c", "from nx_27017.nx_27017 import main; main()",
+        # models/nx_server.py, run by path: its folder must not shadow the
+        # standard library (models/secrets.py) in the child.
+        cmd = [sys.executable, "-c", f"import runpy; runpy.run_path({_NX_SERVER!r}, "
+               "run_name='__main__')",
                "--data-dir", self.dir, "--host", "127.0.0.1", "--port", str(self.port),
                "--pid-file", self.pid_file, "--log-file", self.log_file]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -1,0 +1,129 @@
+"""models/nx_server.py: the embedded server stores each insert command as one
+SQLite transaction, and nothing else about an insert changes (the store
+fidelity suite runs the same shapes through the wire)."""
+import sqlite3
+
+import pytest
+from pymongo import MongoClient
+from pymongo.errors import BulkWriteError
+
+from models import nx_server
+from models.embedded import EmbeddedMongo
+from models.store import DUPLICATE_KEY
+
+nx_server.install()
+from nx_27017.handler import NeoSQLiteHandler  # noqa: E402
+
+
+@pytest.fixture
+def handler(tmp_path):
+    h = NeoSQLiteHandler(data_dir=str(tmp_path))
+    yield h
+    for conn in list(h._conns.values()):
+        conn.close()
+
+
+def insert(h, docs, ordered=False, db="t"):
+    msg = {"request_id": 1, "sections": [
+        ("body", {"insert": "usage", "ordered": ordered, "$db": db}),
+        ("payload", {"documents": docs})]}
+    return h.handle_insert(msg)[1]
+
+
+def traced(h, db="t"):
+    conn = h.get_database(db).db
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    return conn, seen
+
+
+def words(seen, first):
+    return [s for s in seen if s.lstrip().upper().startswith(first)]
+
+
+def test_a_batch_is_one_transaction(handler):
+    insert(handler, [{"_id": "warm"}])  # makes the table
+    conn, seen = traced(handler)
+    out = insert(handler, [{"_id": f"r{i}", "n": i} for i in range(5)])
+    assert out["ok"] == 1 and out["n"] == 5
+    assert len(words(seen, "INSERT INTO")) == 5
+    assert (len(words(seen, "BEGIN")), len(words(seen, "COMMIT"))) == (1, 1)
+    assert seen.index(words(seen, "BEGIN")[0]) < seen.index(words(seen, "INSERT INTO")[0])
+    assert seen.index(words(seen, "COMMIT")[0]) > seen.index(words(seen, "INSERT INTO")[-1])
+    assert not conn.in_transaction
+    # committed: another connection to the file sees every document
+    other = sqlite3.connect(handler._db_file("t"))
+    assert other.execute('SELECT count(*) FROM "usage"').fetchone()[0] == 6
+    other.close()
+
+
+def test_a_duplicate_fails_alone_and_the_rest_is_stored(handler):
+    insert(handler, [{"_id": "b"}])
+    out = insert(handler, [{"_id": "a"}, {"_id": "b"}, {"_id": "c"}])
+    assert out["n"] == 2
+    assert [(e["index"], e["code"]) for e in out["writeErrors"]] == [(1, DUPLICATE_KEY)]
+    out = insert(handler, [{"_id": "d"}, {"_id": "a"}, {"_id": "e"}], ordered=True)
+    assert out["n"] == 1 and [e["index"] for e in out["writeErrors"]] == [1]
+    conn = handler.get_database("t").db
+    assert not conn.in_transaction
+    ids = sorted(r[0] for r in conn.execute('SELECT _id FROM "usage"'))
+    assert ids == ["a", "b", "c", "d"]
+
+
+class FailingCommit:
+    """The database's connection, but its COMMIT fails (a full disk, say)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def execute(self, sql, *args):
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.conn.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+def test_a_commit_that_fails_stores_nothing(handler):
+    insert(handler, [{"_id": "warm"}])
+    database = handler.get_database("t")
+    conn = database.db
+    database.db = FailingCommit(conn)
+    try:
+        with pytest.raises(sqlite3.OperationalError):
+            insert(handler, [{"_id": "x"}, {"_id": "y"}])
+    finally:
+        database.db = conn
+    assert not conn.in_transaction
+    assert [r[0] for r in conn.execute('SELECT _id FROM "usage"')] == ["warm"]
+    # and the client's retry of the same batch stores it
+    assert insert(handler, [{"_id": "x"}, {"_id": "y"}])["n"] == 2
+
+
+def test_inside_a_clients_transaction_it_adds_none(handler):
+    insert(handler, [{"_id": "warm"}])
+    conn, seen = traced(handler)
+    conn.execute("BEGIN")
+    insert(handler, [{"_id": "p"}, {"_id": "q"}])
+    assert conn.in_transaction  # still the client's, to commit or abort
+    assert words(seen, "BEGIN") == ["BEGIN"] and not words(seen, "COMMIT")
+    conn.execute("ROLLBACK")
+    assert [r[0] for r in conn.execute('SELECT _id FROM "usage"')] == ["warm"]
+
+
+def test_the_embedded_child_runs_it(tmp_path):
+    db = EmbeddedMongo(str(tmp_path))
+    url = db.start()
+    try:
+        cmdline = open(f"/proc/{db.proc.pid}/cmdline", "rb").read()
+        assert b"nx_server.py" in cmdline
+        coll = MongoClient(url)["t"]["usage"]
+        coll.insert_many([{"_id": i} for i in range(3)])
+        with pytest.raises(BulkWriteError) as exc:
+            coll.insert_many([{"_id": 2}, {"_id": 3}], ordered=False)
+        assert exc.value.details["nInserted"] == 1
+        assert sorted(d["_id"] for d in coll.find({})) == [0, 1, 2, 3]
+        assert "has changed" not in open(db.log_file).read()
+    finally:
+        db.stop()
