@@ -163,7 +163,7 @@ def database(pid: int) -> list[int]:
                 cmd = f.read()
         except OSError:
             continue
-        if b"secantus" in cmd or b"nx_27017" in cmd:
+        if b"secantus" in cmd or b"nx_27017" in cmd or b"nx_server.py" in cmd:
             out.append(child)
     return out
 
