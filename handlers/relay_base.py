@@ -204,8 +204,12 @@ class RelayHandler(Base):
             self.cancel.cancelled = True
 
     def pending(self) -> int:
+        """Bytes written to the client's connection that the socket has
+        not taken yet (what back-pressure in relay/attempts.py weighs)."""
         stream = self.request.connection.stream
-        return getattr(stream, "_write_buffer_size", 0) if stream is not None else 0
+        if stream is None:
+            return 0
+        return stream._total_write_index - stream._total_write_done_index
 
     async def drain(self) -> None:
         while self.pending() > 0 and not self.closed:

@@ -170,6 +170,7 @@ class ChatHandler(_Base):
                 self.rec["aborted"] = True
                 self.rec["sent_events"] = i
                 return
+            self.rec["flushed_events"] = i + 1  # how far the relay has taken the stream
         if (b.get("stream_options") or {}).get("include_usage"):
             self.write(f"data: {json.dumps({'id': cid, 'object': 'chat.completion.chunk', 'created': int(time.time()), 'model': model, 'choices': [], 'usage': usage_doc})}\n\n")
         self.write("data: [DONE]\n\n")

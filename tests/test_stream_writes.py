@@ -1,0 +1,141 @@
+"""A stream's pieces reach the client whole and in order, whether the socket
+takes them at once (handlers/relay_base.py sends them straight) or a slow
+reader leaves some in the relay's buffer; a client that resets the
+connection mid-stream ends the upstream call and is billed as cut."""
+import json
+import socket
+import struct
+import time
+
+import pytest
+
+from tests.helpers import Api
+
+MODEL = "gpt-4o-mini"
+
+
+@pytest.fixture(scope="module")
+def w(relay, admin, fake):
+    admin.create_channel(fake.url, [MODEL])
+    admin.set_price(MODEL, input_price=1, output_price=4)
+    admin.create_user("sam", quota=1_000_000_000)
+    api = Api.login(relay.url, "sam", "Blue-Kettle-Harbor-42")
+    tok = api.create_token(name="writes", remain_quota=500_000_000)
+    return {"api": api, "url": relay.url, "key": tok["key"]}
+
+
+def _open(w, body: dict, rcvbuf: int | None = None) -> socket.socket:
+    host, port = w["url"].split("//")[1].split(":")
+    s = socket.socket()
+    if rcvbuf:  # before connect, so the window is small from the start
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.connect((host, int(port)))
+    payload = json.dumps(body).encode()
+    s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {w['key']}"
+              f"\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+              "Connection: close\r\n\r\n".encode() + payload)
+    return s
+
+
+def _dechunk(body: bytes) -> bytes:
+    out, i = [], 0
+    while True:
+        j = body.index(b"\r\n", i)
+        size = int(body[i:j], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(body[j + 2:j + 2 + size])
+        assert body[j + 2 + size:j + 4 + size] == b"\r\n", "chunk framing broken"
+        i = j + 4 + size
+
+
+def _record(w, rid: str) -> dict:
+    for _ in range(100):
+        items = w["api"].get("/api/log/self?size=100")["data"]["items"]
+        rec = next((i for i in items if i["request_id"] == rid), None)
+        if rec:
+            return rec
+        time.sleep(0.1)
+    raise AssertionError(f"no usage record for {rid}")
+
+
+def test_a_slow_reader_gets_every_byte_in_order(w):
+    # About 7 MB of events: more than the kernel buffers of both ends hold,
+    # so the relay's sends come back short and the rest waits in its buffer.
+    text = "".join(f"{i:08d}," for i in range(600_000))
+    s = _open(w, {"model": MODEL, "stream": True, "fake_chunks": 300, "fake_text": text,
+                  "messages": [{"role": "user", "content": "count"}]}, rcvbuf=4096)
+    time.sleep(1.0)  # not reading yet
+    s.settimeout(30)
+    got = []
+    while True:
+        part = s.recv(65536)
+        if not part:
+            break
+        got.append(part)
+    s.close()
+    raw = b"".join(got)
+    head, body = raw.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200") and b"Transfer-Encoding: chunked" in head
+    events = [e for e in _dechunk(body).decode().split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    content = "".join((json.loads(e[6:])["choices"] or [{}])[0].get("delta", {}).get("content")
+                      or "" for e in events[:-1])
+    assert content == text
+    rid = head.split(b"X-Request-Id: ")[1].split(b"\r\n")[0].decode()
+    rec = _record(w, rid)
+    assert rec["status"] == 200 and rec["completion_tokens"] == 300
+
+
+def test_a_client_that_resets_mid_stream_ends_the_call(w, fake):
+    s = _open(w, {"model": MODEL, "stream": True, "fake_chunks": 60, "fake_delay": 0.05,
+                  "fake_text": "tick " * 600, "messages": [{"role": "user", "content": "go"}]})
+    s.settimeout(10)
+    got = b""
+    while got.count(b"data: {") < 3:
+        got += s.recv(65536)
+    # RST rather than FIN: the relay's next send fails at once.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    rid = got.split(b"X-Request-Id: ")[1].split(b"\r\n")[0].decode()
+    rec = _record(w, rid)
+    assert rec["status"] == 499 and 0 < rec["completion_tokens"] < 60
+    up = next(q for q in fake.requests if q["body"].get("fake_chunks") == 60)
+    for _ in range(50):
+        if up["aborted"]:
+            break
+        time.sleep(0.1)
+    assert up["aborted"] and up["sent_events"] < 50
+
+
+def test_a_reader_that_stops_stops_the_upstream(w, fake):
+    # Back-pressure: with the client not reading, the relay holds about a
+    # megabyte for it and stops taking the upstream's stream, rather than
+    # buffering the whole answer (here over 20 MB) in memory.
+    text = "".join(f"{i:08d}," for i in range(2_500_000))
+    s = _open(w, {"model": MODEL, "stream": True, "fake_chunks": 1000, "fake_text": text,
+                  "messages": [{"role": "user", "content": "more"}]}, rcvbuf=4096)
+    s.settimeout(30)
+    up = None
+    for _ in range(100):
+        up = next((q for q in fake.requests if q["body"].get("fake_chunks") == 1000), None)
+        if up is not None and up.get("flushed_events"):
+            break
+        time.sleep(0.05)
+    time.sleep(3.0)
+    stalled_at = up.get("flushed_events", 0)
+    assert stalled_at < 1002, "the relay took the whole stream from a client that did not read"
+    got = []
+    while True:
+        part = s.recv(1 << 20)
+        if not part:
+            break
+        got.append(part)
+    s.close()
+    raw = b"".join(got)
+    head, body = raw.split(b"\r\n\r\n", 1)
+    events = [e for e in _dechunk(body).decode().split("\n\n") if e]
+    assert events[-1] == "data: [DONE]" and up["flushed_events"] == 1002
+    content = "".join((json.loads(e[6:])["choices"] or [{}])[0].get("delta", {}).get("content")
+                      or "" for e in events[:-1])
+    assert content == text
