@@ -49,6 +49,22 @@ def _dechunk(body: bytes) -> bytes:
         i = j + 4 + size
 
 
+def _read_answer(s: socket.socket) -> tuple[bytes, list[str], str]:
+    """The whole answer: its head, its SSE events and the text they carry."""
+    got = []
+    while True:
+        part = s.recv(1 << 20)
+        if not part:
+            break
+        got.append(part)
+    s.close()
+    head, body = b"".join(got).split(b"\r\n\r\n", 1)
+    events = [e for e in _dechunk(body).decode().split("\n\n") if e]
+    content = "".join((json.loads(e[6:])["choices"] or [{}])[0].get("delta", {}).get("content")
+                      or "" for e in events if e != "data: [DONE]")
+    return head, events, content
+
+
 def _record(w, rid: str) -> dict:
     for _ in range(100):
         items = w["api"].get("/api/log/self?size=100")["data"]["items"]
@@ -67,21 +83,9 @@ def test_a_slow_reader_gets_every_byte_in_order(w):
                   "messages": [{"role": "user", "content": "count"}]}, rcvbuf=4096)
     time.sleep(1.0)  # not reading yet
     s.settimeout(30)
-    got = []
-    while True:
-        part = s.recv(65536)
-        if not part:
-            break
-        got.append(part)
-    s.close()
-    raw = b"".join(got)
-    head, body = raw.split(b"\r\n\r\n", 1)
+    head, events, content = _read_answer(s)
     assert head.startswith(b"HTTP/1.1 200") and b"Transfer-Encoding: chunked" in head
-    events = [e for e in _dechunk(body).decode().split("\n\n") if e]
-    assert events[-1] == "data: [DONE]"
-    content = "".join((json.loads(e[6:])["choices"] or [{}])[0].get("delta", {}).get("content")
-                      or "" for e in events[:-1])
-    assert content == text
+    assert events[-1] == "data: [DONE]" and content == text
     rid = head.split(b"X-Request-Id: ")[1].split(b"\r\n")[0].decode()
     rec = _record(w, rid)
     assert rec["status"] == 200 and rec["completion_tokens"] == 300
@@ -125,17 +129,6 @@ def test_a_reader_that_stops_stops_the_upstream(w, fake):
     time.sleep(3.0)
     stalled_at = up.get("flushed_events", 0)
     assert stalled_at < 1002, "the relay took the whole stream from a client that did not read"
-    got = []
-    while True:
-        part = s.recv(1 << 20)
-        if not part:
-            break
-        got.append(part)
-    s.close()
-    raw = b"".join(got)
-    head, body = raw.split(b"\r\n\r\n", 1)
-    events = [e for e in _dechunk(body).decode().split("\n\n") if e]
+    head, events, content = _read_answer(s)
     assert events[-1] == "data: [DONE]" and up["flushed_events"] == 1002
-    content = "".join((json.loads(e[6:])["choices"] or [{}])[0].get("delta", {}).get("content")
-                      or "" for e in events[:-1])
     assert content == text
