@@ -229,8 +229,7 @@ class RelayHandler(Base):
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError as exc:  # the client went away
-            self.closed = True
-            self.cancel.cancelled = True
+            self._client_left()
             stream.close(exc)
             return True
         if sent < len(data):
@@ -239,8 +238,11 @@ class RelayHandler(Base):
 
     def _flushed(self, fut) -> None:
         if fut.exception() is not None:  # the client went away mid-write
-            self.closed = True
-            self.cancel.cancelled = True
+            self._client_left()
+
+    def _client_left(self) -> None:
+        self.closed = True
+        self.cancel.cancelled = True
 
     def pending(self) -> int:
         """Bytes written to the client's connection that the socket has
@@ -258,8 +260,7 @@ class RelayHandler(Base):
                 self.closed = True
 
     def on_connection_close(self) -> None:
-        self.closed = True
-        self.cancel.cancelled = True
+        self._client_left()
 
 
 _REASONS = {524: "A Timeout Occurred", 499: "Client Closed Request"}

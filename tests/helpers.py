@@ -193,12 +193,12 @@ def multipart(parts, boundary: str = "----relaytestboundary",
 
 def recv_all(sock) -> bytes:
     """Everything the peer sends until it closes the connection."""
-    reply = b""
+    parts = []  # joined once: a stream of many megabytes is not copied at every read
     while True:
         data = sock.recv(65536)
         if not data:
-            return reply
-        reply += data
+            return b"".join(parts)
+        parts.append(data)
 
 
 def eventually(fn, timeout: float = 5.0, interval: float = 0.1):

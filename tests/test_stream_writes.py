@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers import Api
+from tests.helpers import Api, eventually, recv_all
 
 MODEL = "gpt-4o-mini"
 
@@ -51,14 +51,9 @@ def _dechunk(body: bytes) -> bytes:
 
 def _read_answer(s: socket.socket) -> tuple[bytes, list[str], str]:
     """The whole answer: its head, its SSE events and the text they carry."""
-    got = []
-    while True:
-        part = s.recv(1 << 20)
-        if not part:
-            break
-        got.append(part)
+    raw = recv_all(s)
     s.close()
-    head, body = b"".join(got).split(b"\r\n\r\n", 1)
+    head, body = raw.split(b"\r\n\r\n", 1)
     events = [e for e in _dechunk(body).decode().split("\n\n") if e]
     content = "".join((json.loads(e[6:])["choices"] or [{}])[0].get("delta", {}).get("content")
                       or "" for e in events if e != "data: [DONE]")
@@ -66,13 +61,12 @@ def _read_answer(s: socket.socket) -> tuple[bytes, list[str], str]:
 
 
 def _record(w, rid: str) -> dict:
-    for _ in range(100):
+    def found():
         items = w["api"].get("/api/log/self?size=100")["data"]["items"]
         rec = next((i for i in items if i["request_id"] == rid), None)
-        if rec:
-            return rec
-        time.sleep(0.1)
-    raise AssertionError(f"no usage record for {rid}")
+        assert rec is not None, f"no usage record for {rid}"
+        return rec
+    return eventually(found, timeout=10)
 
 
 def test_a_slow_reader_gets_every_byte_in_order(w):
@@ -105,11 +99,10 @@ def test_a_client_that_resets_mid_stream_ends_the_call(w, fake):
     rec = _record(w, rid)
     assert rec["status"] == 499 and 0 < rec["completion_tokens"] < 60
     up = next(q for q in fake.requests if q["body"].get("fake_chunks") == 60)
-    for _ in range(50):
-        if up["aborted"]:
-            break
-        time.sleep(0.1)
-    assert up["aborted"] and up["sent_events"] < 50
+
+    def aborted():
+        assert up["aborted"] and up["sent_events"] < 50
+    eventually(aborted)
 
 
 def test_a_reader_that_stops_stops_the_upstream(w, fake):
@@ -120,12 +113,11 @@ def test_a_reader_that_stops_stops_the_upstream(w, fake):
     s = _open(w, {"model": MODEL, "stream": True, "fake_chunks": 1000, "fake_text": text,
                   "messages": [{"role": "user", "content": "more"}]}, rcvbuf=4096)
     s.settimeout(30)
-    up = None
-    for _ in range(100):
+    def flowing():
         up = next((q for q in fake.requests if q["body"].get("fake_chunks") == 1000), None)
-        if up is not None and up.get("flushed_events"):
-            break
-        time.sleep(0.05)
+        assert up is not None and up.get("flushed_events")
+        return up
+    up = eventually(flowing, interval=0.05)
     time.sleep(3.0)
     stalled_at = up.get("flushed_events", 0)
     assert stalled_at < 1002, "the relay took the whole stream from a client that did not read"
