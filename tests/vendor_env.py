@@ -70,6 +70,18 @@ class Env:
                 return sorted(items, key=lambda r: r.get("created_at") or 0)
             time.sleep(0.1)
 
+    def unbilled(self, token_id: int, records: int = 0, quiet: float = 2.0) -> list[dict]:
+        """The key was charged nothing and has exactly `records` usage
+        records (a call refused after its reservation is logged with its
+        error and quota 0; one refused before it, or a free endpoint, is
+        not).  Waits `quiet` seconds, several usage flushes, for a record
+        that should not be there to show up."""
+        logs = self.logs(token_id, records + 1, timeout=quiet)
+        assert len(logs) == records, logs
+        assert all(r["quota"] == 0 and r["status"] >= 400 for r in logs), logs
+        assert self.used(token_id) == 0
+        return logs
+
     def used(self, token_id: int) -> int:
         return self.user_api.get(f"/api/token/{token_id}")["data"]["used_quota"]
 
