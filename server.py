@@ -117,7 +117,7 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
                         max_streams=config.max_upstream_streams,
                         max_uploads=config.max_upstream_uploads,
                         queue_wait=config.upstream_queue_wait,
-                        ca_file=config.upstream_ca_file)
+                        ca_file=config.upstream_ca_file, h2_streams=config.upstream_h2_streams)
     service = RelayService(config, catalog, billing, usage_log, scheduler, upstream)
     responses = StoredResponses(ResponseStore(store, config.responses_retention_days), catalog,
                                 upstream)

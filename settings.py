@@ -61,6 +61,13 @@ class Settings:
     max_upstream_uploads: int = 200
     # Seconds a call waits for its kind's limit before a 503 with Retry-After.
     upstream_queue_wait: float = 10.0
+    # Most streams the relay puts on one HTTP/2 connection to an upstream.
+    # libcurl runs every transfer of a connection whenever that connection
+    # has data, so a chunk's CPU grows with this, while each connection costs
+    # ~75 KB (bench/streams.py at 10,000 streams: 100 a connection, libcurl's
+    # default, 38-42 s of CPU and 482 MiB; 50: 32.5 s, 494 MiB; 34: 29 s,
+    # 500 MiB; 20: 27-31 s, 512 MiB).  Below 1: libcurl's 100.
+    upstream_h2_streams: int = 50
     # A PEM file of extra CA certificates to trust for HTTPS upstreams.
     upstream_ca_file: str = ""
     # Further channels tried after a failed upstream call (0: no retry).

@@ -18,7 +18,13 @@ changes, and why:
 - Header lines are kept raw and parsed only when someone reads them.
 - HTTPS transfers wait for a connection that can multiplex (HTTP/2) rather
   than each opening its own socket; that is what keeps thousands of streams
-  to one vendor within the process's open-file limit.
+  to one vendor within the process's open-file limit.  But at most
+  `h2_streams` share a connection (libcurl's default is 100, vendors allow
+  100 to 256): when a connection has data, libcurl marks every transfer on
+  it dirty and runs each, and each that finds nothing for itself reads the
+  socket again (EAGAIN) through OpenSSL.  At 100 streams a connection that
+  was 36 recv() calls for every chunk delivered at 10,000 streams, and
+  libcurl 40% of the relay's CPU (perf); settings.py has the trade-off.
 - libcurl's sockets are watched in an epoll of our own, which the event
   loop watches as one descriptor for the client's life.  Tornado adds a
   socket's handler to the loop when libcurl wants it watched and removes it
@@ -184,7 +190,8 @@ class Transfer:
 
 class CurlClient(CurlAsyncHTTPClient):
     def initialize(self, max_clients: int = 0, defaults=None, max_body_size: int = 104857600,
-                   idle_handles: int = 64, max_connects: int = 1024, ca_file: str = "") -> None:
+                   idle_handles: int = 64, max_connects: int = 1024, ca_file: str = "",
+                   h2_streams: int = 50) -> None:
         self.idle_handles = idle_handles
         self.ca_file = ca_file
         self._dirty: list[Transfer] = []
@@ -196,6 +203,9 @@ class CurlClient(CurlAsyncHTTPClient):
         # added (4 each), which after a burst of streams would keep
         # thousands of idle sockets open.
         self._multi.setopt(pycurl.M_MAXCONNECTS, max_connects)
+        # Streams per HTTP/2 connection, below what the upstream allows: see
+        # the module's docstring.
+        self._multi.setopt(pycurl.M_MAX_CONCURRENT_STREAMS, h2_streams)
         self._wanted: dict[int, int] = {}      # fd -> epoll mask libcurl wants now
         self._registered: dict[int, int] = {}  # fd -> mask last given to our epoll
         self._ep = select.epoll() if _EPOLL else None

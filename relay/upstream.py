@@ -188,7 +188,7 @@ class Upstream:
     def __init__(self, connect_timeout: float = 10.0, first_byte_timeout: float = 120.0,
                  idle_timeout: float = 120.0, max_calls: int = 2000, max_streams: int = 20000,
                  max_uploads: int = 200, queue_wait: float = 10.0, ca_file: str = "",
-                 max_body_size: int = 512 * 1024 * 1024):
+                 max_body_size: int = 512 * 1024 * 1024, h2_streams: int = 50):
         self.connect_timeout = connect_timeout
         self.first_byte_timeout = first_byte_timeout
         self.idle_timeout = idle_timeout
@@ -201,7 +201,7 @@ class Upstream:
         # force_instance: our pool is ours alone, whatever else in the
         # process uses AsyncHTTPClient (e.g. notification webhooks).
         self.client = CurlClient(force_instance=True, max_body_size=max_body_size,
-                                 ca_file=ca_file)
+                                 ca_file=ca_file, h2_streams=h2_streams)
 
     def close(self) -> None:
         if self._sweeper is not None:

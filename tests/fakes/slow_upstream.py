@@ -196,6 +196,8 @@ class _H2(asyncio.Protocol):
             if isinstance(ev, h2.events.RequestReceived):
                 path = dict(ev.headers).get(":path", "/")
                 self.requests[ev.stream_id] = [path, bytearray()]
+                self.fake.peak_streams = max(self.fake.peak_streams,
+                                             self.conn.open_inbound_streams)
             elif isinstance(ev, h2.events.DataReceived):
                 req = self.requests.get(ev.stream_id)
                 if req is not None:
@@ -259,6 +261,7 @@ class _Conn(asyncio.Protocol):
         ssl_obj = transport.get_extra_info("ssl_object")
         if ssl_obj is not None and ssl_obj.selected_alpn_protocol() == "h2":
             self.fake.open += 1
+            self.fake.h2_connections += 1
             self.impl = _H2(self.fake, transport)
         else:
             self.impl = _H1(self.fake)
@@ -280,6 +283,9 @@ class SlowUpstream:
         self.chunks = chunks
         self.interval = interval
         self.open = self.requests = self.finished = self.aborted = 0
+        # HTTP/2 connections ever opened, and the most streams open at once
+        # on one of them.
+        self.h2_connections = self.peak_streams = 0
 
     async def serve(self, host: str, port: int, backlog: int = 4096, tls_dir: str = ""):
         ssl_ctx = make_tls(tls_dir) if tls_dir else None
