@@ -255,11 +255,25 @@ def run_step(n: int, args, relay, relay_url: str, key: str, body: str, upstream=
     t0 = time.monotonic()
     next_sample = 0.0
     gap = 1.0 / args.probe_rate
+    # Each second: the share of a core the relay, the upstream and the
+    # stream client used, and the slowest probe call, to see whether slow
+    # calls line up with a saturated relay or with the machine's other work.
+    timeline: list = []
+    last = (t0, procs.cpu_seconds(relay.pid), up0, procs.cpu_seconds(client.pid), 0)
     while client.poll() is None:
         start = time.monotonic()
         probe.call()
         if start >= next_sample:
             next_sample = start + 1.0
+            now = (start, procs.cpu_seconds(relay.pid),
+                   procs.cpu_seconds(upstream.pid) if upstream else 0.0,
+                   procs.cpu_seconds(client.pid), len(probe.lat))
+            span = now[0] - last[0]
+            if span > 0.5:
+                timeline.append([round(start - t0, 1)]
+                                + [round((a - b) / span, 2) for a, b in zip(now[1:4], last[1:4])]
+                                + [round(max(probe.lat[last[4]:], default=0), 1)])
+                last = now
             peak["relay_rss_kb"] = max(peak["relay_rss_kb"], procs.status_kb(relay.pid, "VmRSS"))
             peak["database_rss_kb"] = max(peak["database_rss_kb"],
                                           sum(procs.status_kb(p, "VmRSS") for p in db))
@@ -286,6 +300,8 @@ def run_step(n: int, args, relay, relay_url: str, key: str, body: str, upstream=
                     # then run chunks * interval.
                     "slowest": [[round(at - t0, 1), round(ms, 1)] for ms, at in
                                 sorted(zip(probe.lat, probe.at), reverse=True)[:8]]}
+    res["timeline"] = {"columns": ["s", "relay", "upstream", "client", "probe max ms"],
+                       "rows": timeline}
     probe.conn.close()
     return res
 
@@ -301,6 +317,8 @@ def main() -> int:
                     help="plain HTTP/1.1 upstream (one socket per stream) instead of HTTPS + h2")
     ap.add_argument("--out", default=os.path.join(RESULTS, "streams.json"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="print each step's per-second CPU shares and slowest probe call")
     # the child process that opens the streams
     ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -354,6 +372,13 @@ def main() -> int:
                   f"{r['relay_rss_kb'] / 1024:.0f} MiB, database {r['database_rss_kb'] / 1024:.0f}"
                   f" MiB; fds {r['relay_fds']}; records {r['records']}/{r['records_expected']}",
                   flush=True)
+        if args.timeline:
+            for r in rows:
+                print(f"\n{r['n']} streams, each second: " + "  ".join(
+                    f"{r['timeline']['columns'][i]}" for i in range(5)))
+                for row in r["timeline"]["rows"]:
+                    print(f"  {row[0]:5.1f}  {row[1]:5.2f}  {row[2]:5.2f}  {row[3]:5.2f}  "
+                          f"{row[4]:7.1f}")
         print(f"\nrelay resident when idle after setup: {rss_idle / 1024:.0f} MiB")
         print(f"\n{'streams':>7s} {'ok':>6s} {'errors':>6s} {'ttfb p50':>9s} {'ttfb p99':>9s} "
               f"{'probe p50':>9s} {'probe p99':>9s} {'probe max':>9s} {'relay MiB':>9s} "
