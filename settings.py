@@ -64,7 +64,7 @@ class Settings:
     # Most streams the relay puts on one HTTP/2 connection to an upstream.
     # libcurl runs every transfer of a connection whenever that connection
     # has data, so a chunk's CPU grows with this, while each connection costs
-    # ~75 KB (bench/streams.py at 10,000 streams: 100 a connection, libcurl's
+    # ~100 KB (bench/streams.py at 10,000 streams: 100 a connection, libcurl's
     # default, 38-42 s of CPU and 482 MiB; 50: 32.5 s, 494 MiB; 34: 29 s,
     # 500 MiB; 20: 27-31 s, 512 MiB).  Below 1: libcurl's 100.
     upstream_h2_streams: int = 50

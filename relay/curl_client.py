@@ -23,8 +23,9 @@ changes, and why:
   100 to 256): when a connection has data, libcurl marks every transfer on
   it dirty and runs each, and each that finds nothing for itself reads the
   socket again (EAGAIN) through OpenSSL.  At 100 streams a connection that
-  was 36 recv() calls for every chunk delivered at 10,000 streams, and
-  libcurl 40% of the relay's CPU (perf); settings.py has the trade-off.
+  was 58 failed recv() calls for every chunk delivered at 10,000 streams
+  (37 at 50), and libcurl 40% of the relay's CPU (perf); settings.py has
+  the trade-off.
 - libcurl's sockets are watched in an epoll of our own, which the event
   loop watches as one descriptor for the client's life.  Tornado adds a
   socket's handler to the loop when libcurl wants it watched and removes it
