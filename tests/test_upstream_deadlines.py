@@ -3,8 +3,6 @@ once the relay's stream_idle_timeout has passed (libcurl's low-speed check
 does the watching), and its usage record says so."""
 from __future__ import annotations
 
-import asyncio
-import threading
 
 import pytest
 import requests
@@ -20,22 +18,9 @@ pytestmark = pytest.mark.slow
 def slow():
     """The slow fake on its own loop in a thread: the first event at once,
     then the next only after `fake_delay` seconds."""
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    box = {}
-
-    def run():
-        asyncio.set_event_loop(loop)
-        box["server"] = loop.run_until_complete(SlowUpstream().serve("127.0.0.1", 0))
-        ready.set()
-        loop.run_forever()
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    ready.wait(10)
-    port = box["server"].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    loop.call_soon_threadsafe(loop.stop)
-    th.join(5)
+    fake = SlowUpstream()
+    yield fake.start()
+    fake.stop()
 
 
 @pytest.fixture(scope="module")

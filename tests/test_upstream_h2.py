@@ -6,9 +6,7 @@ with its own test CA; it allows 100 streams a connection, as vendors do,
 and counts what it sees."""
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import threading
 
 import pytest
 import requests
@@ -28,22 +26,8 @@ def slow(tmp_path_factory):
     """(the fake, its https URL, its CA file), served from a thread."""
     tls = str(tmp_path_factory.mktemp("tls"))
     fake = SlowUpstream()
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    box = {}
-
-    def run():
-        asyncio.set_event_loop(loop)
-        box["server"] = loop.run_until_complete(fake.serve("127.0.0.1", 0, tls_dir=tls))
-        ready.set()
-        loop.run_forever()
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    assert ready.wait(20)
-    port = box["server"].sockets[0].getsockname()[1]
-    yield fake, f"https://127.0.0.1:{port}", f"{tls}/ca.pem"
-    loop.call_soon_threadsafe(loop.stop)
-    th.join(5)
+    yield fake, fake.start(tls_dir=tls), f"{tls}/ca.pem"
+    fake.stop()
 
 
 @pytest.fixture(scope="module")

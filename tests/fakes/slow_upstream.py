@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import json
 import resource
+import threading
 import time
 
 USAGE_PROMPT = 10
@@ -292,6 +293,30 @@ class SlowUpstream:
         loop = asyncio.get_running_loop()
         return await loop.create_server(lambda: _Conn(self), host, port, backlog=backlog,
                                         ssl=ssl_ctx)
+
+    def start(self, tls_dir: str = "") -> str:
+        """Serve on a free 127.0.0.1 port from a thread and loop of its own
+        (for tests); returns the base URL, https with tls_dir."""
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        box = {}
+
+        def run():
+            asyncio.set_event_loop(loop)
+            box["server"] = loop.run_until_complete(self.serve("127.0.0.1", 0, tls_dir=tls_dir))
+            ready.set()
+            loop.run_forever()
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        if not ready.wait(20):
+            raise RuntimeError("the slow upstream did not start")
+        self._loop = loop
+        port = box["server"].sockets[0].getsockname()[1]
+        return f"{'https' if tls_dir else 'http'}://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
 
 
 def make_tls(tls_dir: str):
