@@ -374,8 +374,8 @@ def main() -> int:
                   flush=True)
         if args.timeline:
             for r in rows:
-                print(f"\n{r['n']} streams, each second: " + "  ".join(
-                    f"{r['timeline']['columns'][i]}" for i in range(5)))
+                columns = "  ".join(r["timeline"]["columns"])
+                print(f"\n{r['n']} streams, each second: {columns}")
                 for row in r["timeline"]["rows"]:
                     print(f"  {row[0]:5.1f}  {row[1]:5.2f}  {row[2]:5.2f}  {row[3]:5.2f}  "
                           f"{row[4]:7.1f}")
