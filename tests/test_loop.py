@@ -1,5 +1,6 @@
-"""relay/loop.py: a reader Tornado lets go of rests registered until it is
-wanted again or fires, on uvloop (as served) and on asyncio's own loop.
+"""relay/loop.py: the sockets Tornado watches are in an epoll of the loop's
+own, on uvloop (as served) and on asyncio's own loop; a reader Tornado
+lets go of rests registered until it is wanted again or fires.
 
 Then the served relay, whose every client socket goes through it: requests
 sent ahead on one connection, and a client that leaves before its answer
@@ -7,6 +8,8 @@ starts (noticed only through the reader Tornado wants back)."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import socket
 import time
 
@@ -14,6 +17,7 @@ import pytest
 import uvloop
 from tornado.ioloop import IOLoop
 
+from relay import loop as relay_loop
 from relay.loop import RelayLoop
 from tests.helpers import Api
 
@@ -22,37 +26,56 @@ LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
 
 
 class Spy:
-    """The asyncio loop's reader and writer calls, counted and passed on."""
+    """Calls to the wrapped object's methods named, counted and passed on:
+    the asyncio loop's readers and writers, or the epoll's registrations."""
 
-    def __init__(self, loop):
-        self.loop = loop
+    NAMES = ("add_reader", "remove_reader", "add_writer", "remove_writer",
+             "register", "modify", "unregister")
+
+    def __init__(self, inner):
+        self.inner = inner
         self.calls: list[tuple[str, int]] = []
+        self.polled: list[tuple[int, int]] = []   # every (fd, events) a poll returned
+        self.polls: list[int] = []                 # how many each poll returned
 
     def __getattr__(self, name):
-        fn = getattr(self.loop, name)
-        if name in ("add_reader", "remove_reader", "add_writer", "remove_writer"):
+        fn = getattr(self.inner, name)
+        if name in self.NAMES:
             def counted(fd, *args):
-                self.calls.append((name, fd))
+                self.calls.append((name, fd if isinstance(fd, int) else fd.fileno()))
                 return fn(fd, *args)
             return counted
+        if name == "poll":
+            def poll(*args):
+                got = fn(*args)
+                self.polled.extend(got)
+                self.polls.append(len(got))
+                return got
+            return poll
         return fn
 
-    def count(self, name: str) -> int:
-        return sum(1 for n, _ in self.calls if n == name)
+    def count(self, name: str, fd: int | None = None) -> int:
+        return sum(1 for n, f in self.calls if n == name and fd in (None, f))
 
 
 def run(make, body):
-    """body(io, spy) as a coroutine on a fresh loop of the given kind."""
+    """body(io, aio, ep) as a coroutine on a fresh loop of the given kind:
+    aio spies on the asyncio loop, ep on the relay loop's epoll."""
     loop = make()
 
     async def main():
         io = RelayLoop()
-        spy = io.selector_loop = Spy(io.selector_loop)
+        aio = io.selector_loop = Spy(io.selector_loop)
+        ep = io._ep = Spy(io._ep)
         try:
-            await body(io, spy)
+            await body(io, aio, ep)
         finally:
+            io._ep = ep.inner
+            io.selector_loop = aio.inner
             for fd in list(io.handlers):
                 io.remove_handler(fd)
+            io.selector_loop.remove_reader(io._ep.fileno())
+            io._ep.close()
             del IOLoop._ioloop_for_asyncio[loop]
     try:
         loop.run_until_complete(main())
@@ -76,12 +99,41 @@ async def turns(n: int = 5) -> None:
 
 
 @pytest.mark.parametrize("kind", LOOPS)
-def test_a_reader_wanted_back_costs_no_registration(kind):
-    async def body(io, spy):
+def test_sockets_are_watched_in_the_loops_epoll_not_by_the_asyncio_loop(kind):
+    async def body(io, aio, ep):
+        a, b, seen = watched(io)
+        assert aio.calls == []            # no poll handle for it in the asyncio loop
+        assert ep.count("register", a.fileno()) == 1
+        b.send(b"hello")
+        await turns()
+        assert seen == [b"hello"]
+        a.close(), b.close()
+    run(LOOPS[kind], body)
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_descriptors_given_as_numbers_stay_with_the_asyncio_loop(kind):
+    async def body(io, aio, ep):
+        r, w = os.pipe()
+        seen = []
+        io.add_handler(r, lambda fd, ev: seen.append(os.read(fd, 100)), READ)
+        assert aio.count("add_reader", r) == 1 and ep.calls == []
+        os.write(w, b"piped")
+        await turns()
+        assert seen == [b"piped"]
+        io.remove_handler(r)
+        assert aio.count("remove_reader", r) == 1
+        os.close(r), os.close(w)
+    run(LOOPS[kind], body)
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_a_reader_wanted_back_costs_no_system_call(kind):
+    async def body(io, aio, ep):
         a, b, seen = watched(io)
         io.update_handler(a, ERROR)      # Tornado read a request
         io.update_handler(a, READ | ERROR)  # ... and listens for the client leaving
-        assert spy.count("add_reader") == 1 and spy.count("remove_reader") == 0
+        assert ep.calls == [("register", a.fileno())]
         b.send(b"bye")
         await turns()
         assert seen == [b"bye"]
@@ -90,58 +142,33 @@ def test_a_reader_wanted_back_costs_no_registration(kind):
 
 
 @pytest.mark.parametrize("kind", LOOPS)
-def test_a_resting_reader_that_fires_is_removed_unseen_and_no_busy_loop(kind):
-    async def body(io, spy):
+def test_a_resting_reader_that_fires_is_taken_out_unseen_and_no_busy_loop(kind):
+    async def body(io, aio, ep):
         a, b, seen = watched(io)
         io.update_handler(a, ERROR)
         b.send(b"early")
         await turns(10)
         assert seen == []                 # Tornado never saw an event it did not want
-        assert spy.count("remove_reader") == 1
-        assert a.fileno() not in io.readers and a.fileno() not in io.resting
+        assert ep.count("unregister", a.fileno()) == 1
+        assert [fd for fd, _ in ep.polled].count(a.fileno()) == 1  # fired once, not every turn
+        assert a.fileno() not in io.masks
         io.update_handler(a, READ | ERROR)
         await turns()
         assert seen == [b"early"]         # nothing was read behind Tornado's back
-        assert spy.count("add_reader") == 2
-        a.close(), b.close()
-    run(LOOPS[kind], body)
-
-
-@pytest.mark.parametrize("kind", LOOPS)
-def test_a_resting_reader_fires_once_not_at_every_turn(kind):
-    async def body(io, spy):
-        a, b = socket.socketpair()
-        a.setblocking(False)
-        fired = []
-        io.add_handler(a, lambda fd, ev: fired.append(ev), READ | ERROR)
-        io.update_handler(a, ERROR)
-        real = io.selector_loop.loop
-
-        # Count how often the loop calls back for this descriptor: the
-        # resting reader is replaced by one that counts, then rests again.
-        calls = []
-        real.remove_reader(a.fileno())
-
-        def counting(fd, ev):
-            calls.append(ev)
-            io._handle_events(fd, ev)
-        real.add_reader(a.fileno(), counting, a.fileno(), READ)
-        b.send(b"x" * 10)
-        await turns(10)
-        assert calls == [READ] and fired == []
+        assert ep.count("register", a.fileno()) == 2
         a.close(), b.close()
     run(LOOPS[kind], body)
 
 
 @pytest.mark.parametrize("kind", LOOPS)
 def test_removing_a_resting_reader_frees_the_number_for_the_next_socket(kind):
-    async def body(io, spy):
+    async def body(io, aio, ep):
         a, b = socket.socketpair()
         io.add_handler(a, lambda fd, ev: None, READ | ERROR)
         io.update_handler(a, ERROR)
         number = a.fileno()
         io.remove_handler(a)
-        assert number not in io.readers and number not in io.resting
+        assert number not in io.masks and number not in io.wants and number not in io.handlers
         a.close()
         c, d = socket.socketpair()
         fd = c if c.fileno() == number else d
@@ -159,7 +186,7 @@ def test_removing_a_resting_reader_frees_the_number_for_the_next_socket(kind):
 
 @pytest.mark.parametrize("kind", LOOPS)
 def test_writers_are_added_and_removed_at_once(kind):
-    async def body(io, spy):
+    async def body(io, aio, ep):
         a, b = socket.socketpair()
         events = []
         io.add_handler(a, lambda fd, ev: events.append(ev), READ | ERROR)
@@ -167,11 +194,64 @@ def test_writers_are_added_and_removed_at_once(kind):
         await turns(2)
         assert WRITE in events
         io.update_handler(a, READ | ERROR)
-        assert spy.count("remove_writer") == 1 and a.fileno() not in io.writers
+        assert ep.count("modify", a.fileno()) == 2
         events.clear()
         await turns(3)
         assert events == []
         a.close(), b.close()
+    run(LOOPS[kind], body)
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_a_hang_up_wakes_the_reader_and_what_was_sent_is_still_read(kind):
+    async def body(io, aio, ep):
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        got, events = [], []
+
+        def on(fd, ev):
+            events.append(ev)
+            data = a.recv(100)
+            got.append(data)
+            if not data:
+                io.remove_handler(a)
+        io.add_handler(a, on, READ | ERROR)
+        b.send(b"last words")
+        b.close()
+        await turns()
+        assert got == [b"last words", b""]
+        assert set(events) == {READ}      # never ERROR, as on any asyncio loop
+        a.close()
+    run(LOOPS[kind], body)
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_one_turn_serves_a_bounded_batch_and_a_failing_handler_stops_no_other(kind, monkeypatch,
+                                                                              caplog):
+    monkeypatch.setattr(relay_loop, "_BATCH", 2)
+
+    async def body(io, aio, ep):
+        pairs = [socket.socketpair() for _ in range(5)]
+        seen = []
+
+        def handler(sock):
+            def on(fd, ev):
+                data = sock.recv(100)
+                if data == b"boom":
+                    raise RuntimeError("handler failed")
+                seen.append(data)
+            return on
+        for i, (a, b) in enumerate(pairs):
+            a.setblocking(False)
+            io.add_handler(a, handler(a), READ | ERROR)
+            b.send(b"boom" if i == 0 else b"ok %d" % i)
+        with caplog.at_level(logging.ERROR, logger="tornado.application"):
+            await turns(10)
+        assert sorted(seen) == [b"ok 1", b"ok 2", b"ok 3", b"ok 4"]
+        assert "Exception in I/O handler" in caplog.text
+        assert max(ep.polls) == 2   # five ready, at most two a turn
+        for a, b in pairs:
+            a.close(), b.close()
     run(LOOPS[kind], body)
 
 
