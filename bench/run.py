@@ -151,7 +151,10 @@ def median_run(rs: list[dict], top: bool = True) -> dict:
         elif all(isinstance(v, dict) for v in values):
             out[key] = median_run(values, top=False)
         elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            out[key] = statistics.median(values)
+            m = statistics.median(values)
+            # Of an even number of rounds the median is a mean: counts that
+            # agree (connections) stay ints for the table's formats.
+            out[key] = int(m) if all(type(v) is int for v in values) and m == int(m) else m
         else:
             out[key] = value
     if top and len(rs) > 1:

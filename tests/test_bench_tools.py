@@ -79,3 +79,15 @@ def test_rounds_are_summed_up_by_their_medians_and_errors_by_their_total():
         "rps": 2.0, "p50_ms": 3, "non_2xx": 2, "socket_errors": {"read": 3},
         "cpu_us_per_request": {"relay": 300, "upstream": 150}, "rounds": 3}
     assert run.median_run(rs[:1]) == rs[0]
+
+
+def test_an_even_number_of_rounds_keeps_whole_numbers_whole():
+    # `--rounds 2`: the median of two is a mean; a count such as the
+    # connections must stay an int for the table's format.
+    import run
+    rs = [{"connections": 20, "rps": 100.0, "p50_ms": 2, "cpu_us_per_request": {"relay": 301}},
+          {"connections": 20, "rps": 200.0, "p50_ms": 3, "cpu_us_per_request": {"relay": 400}}]
+    out = run.median_run(rs)
+    assert out["connections"] == 20 and type(out["connections"]) is int
+    assert out["rps"] == 150.0 and out["p50_ms"] == 2.5
+    assert out["cpu_us_per_request"]["relay"] == 350.5
