@@ -56,6 +56,8 @@ from tornado.curl_httpclient import CurlAsyncHTTPClient
 from tornado.httputil import HTTPHeaders
 from tornado.ioloop import IOLoop
 
+from relay.loop import epoll_set
+
 log = logging.getLogger("relay.upstream")
 
 _PROTOCOLS = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
@@ -241,17 +243,8 @@ class CurlClient(CurlAsyncHTTPClient):
         if wanted.get(fd) == mask:
             return
         wanted[fd] = mask
-        try:
-            if fd in self._registered:
-                ep.modify(fd, mask)
-            else:
-                ep.register(fd, mask)
-        except FileNotFoundError:
-            # Closed by libcurl while resting, and the kernel took it out of
-            # the epoll then; this is a new socket under the same number.
-            ep.register(fd, mask)
-        except FileExistsError:
-            ep.modify(fd, mask)
+        # (closed by libcurl while resting: the kernel took it out then)
+        epoll_set(ep, fd, mask, fd in self._registered)
         self._registered[fd] = mask
 
     def _on_ready(self, fd: int, events: int) -> None:

@@ -103,18 +103,7 @@ class RelayLoop(AsyncIOMainLoop):
                 del self.masks[fd]
                 self._unregister(fd)
             return
-        ep = self._ep
-        try:
-            if have is None:
-                ep.register(fd, mask)
-            else:
-                ep.modify(fd, mask)
-        except FileExistsError:
-            ep.modify(fd, mask)
-        except FileNotFoundError:
-            # Closed while registered, and the kernel took it out of the
-            # epoll then; this is a new socket under the same number.
-            ep.register(fd, mask)
+        epoll_set(self._ep, fd, mask, have is not None)
         self.masks[fd] = mask
 
     def _unregister(self, fd: int) -> None:
@@ -158,6 +147,22 @@ class RelayLoop(AsyncIOMainLoop):
                 pass  # closed meanwhile
         self.masks.pop(fd, None)
         self._unregister(fd)
+
+
+def epoll_set(ep, fd: int, mask: int, known: bool) -> None:
+    """Watch fd in ep for mask; `known`: we registered it before.  The
+    kernel's view wins where ours is out of date: a socket closed while
+    registered was taken out of the epoll then (a new socket under the same
+    number is registered afresh), and one still there is modified."""
+    try:
+        if known:
+            ep.modify(fd, mask)
+        else:
+            ep.register(fd, mask)
+    except FileExistsError:
+        ep.modify(fd, mask)
+    except FileNotFoundError:
+        ep.register(fd, mask)
 
 
 def install() -> RelayLoop:
