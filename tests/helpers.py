@@ -201,6 +201,19 @@ def recv_all(sock) -> bytes:
         parts.append(data)
 
 
+def dechunk(body: bytes) -> bytes:
+    """A chunked HTTP/1.1 body, whole, decoded; its framing checked."""
+    out, i = [], 0
+    while True:
+        j = body.index(b"\r\n", i)
+        size = int(body[i:j], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(body[j + 2:j + 2 + size])
+        assert body[j + 2 + size:j + 4 + size] == b"\r\n", "chunk framing broken"
+        i = j + 4 + size
+
+
 def eventually(fn, timeout: float = 5.0, interval: float = 0.1):
     """Retry fn until it stops raising AssertionError (usage is written in batches)."""
     deadline = time.monotonic() + timeout

@@ -18,6 +18,7 @@ from tornado.web import Application
 
 from handlers.relay_base import RelayHandler
 from relay import process
+from tests.helpers import dechunk
 
 SECRET = "Bearer sk-shed-test-0123456789"
 
@@ -54,26 +55,17 @@ def _request(body: bytes, close: bool) -> bytes:
 
 
 def _read_answer(s: socket.socket) -> tuple[dict, bytes]:
-    """One chunked answer off the socket: its headers and its body."""
+    """One chunked answer off a kept-alive socket: its headers and its body."""
     buf = b""
-    while b"\r\n\r\n" not in buf:
-        buf += s.recv(65536)
-    head, rest = buf.split(b"\r\n\r\n", 1)
+    while not buf.endswith(b"\r\n0\r\n\r\n"):
+        data = s.recv(65536)
+        assert data, "connection closed before the answer's last chunk"
+        buf += data
+    head, body = buf.split(b"\r\n\r\n", 1)
     lines = head.decode("latin1").split("\r\n")
-    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
     assert lines[0].startswith("HTTP/1.1 200"), lines[0]
-    body = b""
-    while True:
-        while b"\r\n" not in rest:
-            rest += s.recv(65536)
-        size_line, rest = rest.split(b"\r\n", 1)
-        size = int(size_line, 16)
-        while len(rest) < size + 2:
-            rest += s.recv(65536)
-        if size == 0:
-            return headers, body
-        body += rest[:size]
-        rest = rest[size + 2:]
+    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    return headers, dechunk(body)
 
 
 @pytest.fixture

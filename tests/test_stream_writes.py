@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers import Api, eventually, recv_all
+from tests.helpers import Api, dechunk, eventually, recv_all
 
 MODEL = "gpt-4o-mini"
 
@@ -37,24 +37,12 @@ def _open(w, body: dict, rcvbuf: int | None = None) -> socket.socket:
     return s
 
 
-def _dechunk(body: bytes) -> bytes:
-    out, i = [], 0
-    while True:
-        j = body.index(b"\r\n", i)
-        size = int(body[i:j], 16)
-        if size == 0:
-            return b"".join(out)
-        out.append(body[j + 2:j + 2 + size])
-        assert body[j + 2 + size:j + 4 + size] == b"\r\n", "chunk framing broken"
-        i = j + 4 + size
-
-
 def _read_answer(s: socket.socket) -> tuple[bytes, list[str], str]:
     """The whole answer: its head, its SSE events and the text they carry."""
     raw = recv_all(s)
     s.close()
     head, body = raw.split(b"\r\n\r\n", 1)
-    events = [e for e in _dechunk(body).decode().split("\n\n") if e]
+    events = [e for e in dechunk(body).decode().split("\n\n") if e]
     content = "".join((json.loads(e[6:])["choices"] or [{}])[0].get("delta", {}).get("content")
                       or "" for e in events if e != "data: [DONE]")
     return head, events, content
