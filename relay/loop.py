@@ -127,11 +127,9 @@ class RelayLoop(AsyncIOMainLoop):
             if not events:
                 self._let_go(fd, want)
                 continue
-            entry = handlers.get(fd)
-            if entry is None:
-                continue
+            fileobj, handler = handlers[fd]  # wanted, so ours and in there
             try:
-                entry[1](entry[0], events)
+                handler(fileobj, events)
             except Exception:  # as the asyncio loop would: logged, the others still served
                 log.error("Exception in I/O handler for fd %s", fd, exc_info=True)
 
