@@ -1,10 +1,13 @@
 """Many slow streams through one relay, with a probe of plain calls beside them.
 
     python bench/streams.py [--steps 1000,5000,10000] [--chunks 15] [--interval 2]
-                            [--rate 400] [--probe-rate 20] [--out results/streams.json]
+                            [--rate 400] [--probe-rate 20] [--fake node|python]
+                            [--out results/streams.json]
 
-On 127.0.0.1 only, it starts the slow fake upstream
-(`python -m tests.fakes.slow_upstream`) over HTTPS with HTTP/2, as the
+On 127.0.0.1 only, it starts the slow fake upstream (`node
+bench/slow_upstream.mjs`, or with --fake python `python -m
+tests.fakes.slow_upstream`, which costs that machine as much CPU as the
+relay) over HTTPS with HTTP/2, as the
 vendors' APIs are served (`--http1` for plain HTTP/1.1, where each stream
 holds a socket to the upstream as well as one to its client, so the
 process's open-file limit caps the count at half of it), and the relay
@@ -13,12 +16,14 @@ sets up a channel, a price, a user and a limited key as bench/run.py does,
 then for each step opens N streaming chat calls at --rate a second.  Each
 stream gets --chunks pieces, --interval seconds apart.  Meanwhile this
 process sends plain (non-streaming) calls one after another on one
-keep-alive connection, --probe-rate a second, and samples the resident
+keep-alive connection, --probe-rate a second, the same plain call straight
+to the fake upstream right after each (the direct probe: what the relay's
+probe would see if the relay added nothing), and samples the resident
 memory of the relay and of its database child.
 
 Per step it prints: streams that ended well and the errors by kind; time
 to first byte (p50, p99, max); the probe's p50, p99 and max and its
-errors; peak VmRSS of the relay and of its database; the relay's open file
+errors, and the direct probe's p50 and p99; peak VmRSS of the relay and of its database; the relay's open file
 descriptors at the peak; the relay's CPU seconds.  After each step it waits
 for the billing flush and checks that every stream and probe call has its
 usage record.  Everything is bounded in time; nothing asserts a wall-clock
@@ -37,6 +42,7 @@ import http.client
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,6 +54,20 @@ import procs  # noqa: E402
 from procs import ROOT  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "bench", "results")
+
+
+def write_tls(tls_dir: str) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 from a throw-away CA: the CA goes to
+    tls_dir/ca.pem (for the relay and the direct probe), the server's
+    certificate and key to cert.pem and key.pem; returns those two."""
+    import trustme
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    os.makedirs(tls_dir, exist_ok=True)
+    ca.cert_pem.write_to_path(os.path.join(tls_dir, "ca.pem"))
+    cert.private_key_pem.write_to_path(os.path.join(tls_dir, "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(os.path.join(tls_dir, "cert.pem"))
+    return os.path.join(tls_dir, "cert.pem"), os.path.join(tls_dir, "key.pem")
 
 
 def raise_nofile() -> int:
@@ -190,9 +210,14 @@ def client_main(args) -> int:
 class Probe:
     """Plain calls one after another on one keep-alive connection."""
 
-    def __init__(self, url: str, key: str, body: str):
+    def __init__(self, url: str, key: str, body: str, ca_file: str = ""):
         host, port = url.split("//", 1)[1].rsplit(":", 1)
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        if url.startswith("https:"):
+            import ssl
+            self.conn = http.client.HTTPSConnection(
+                host, int(port), timeout=30, context=ssl.create_default_context(cafile=ca_file))
+        else:
+            self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
         self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         self.body = body
         self.lat: list[float] = []
@@ -241,7 +266,8 @@ def open_fds(pid: int) -> int:
         return 0
 
 
-def run_step(n: int, args, relay, relay_url: str, key: str, body: str, upstream=None) -> dict:
+def run_step(n: int, args, relay, relay_url: str, key: str, body: str, upstream=None,
+             direct: Probe | None = None) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--client", "--url", relay_url,
            "--key", key, "--n", str(n), "--rate", str(args.rate), "--chunks", str(args.chunks),
            "--interval", str(args.interval), "--model", args.model]
@@ -263,6 +289,8 @@ def run_step(n: int, args, relay, relay_url: str, key: str, body: str, upstream=
     while client.poll() is None:
         start = time.monotonic()
         probe.call()
+        if direct is not None:
+            direct.call()
         if start >= next_sample:
             next_sample = start + 1.0
             now = (start, procs.cpu_seconds(relay.pid),
@@ -300,6 +328,13 @@ def run_step(n: int, args, relay, relay_url: str, key: str, body: str, upstream=
                     # then run chunks * interval.
                     "slowest": [[round(at - t0, 1), round(ms, 1)] for ms, at in
                                 sorted(zip(probe.lat, probe.at), reverse=True)[:8]]}
+    if direct is not None:
+        res["direct_probe"] = {"calls": len(direct.lat) + sum(direct.errors.values()),
+                               "errors": direct.errors,
+                               "p50_ms": round(pct(direct.lat, 50), 2),
+                               "p99_ms": round(pct(direct.lat, 99), 2),
+                               "max_ms": round(max(direct.lat, default=0), 2)}
+        direct.lat, direct.at, direct.errors = [], [], {}
     res["timeline"] = {"columns": ["s", "relay", "upstream", "client", "probe max ms"],
                        "rows": timeline}
     probe.conn.close()
@@ -313,6 +348,9 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=2.0)
     ap.add_argument("--rate", type=float, default=400.0, help="new streams a second")
     ap.add_argument("--probe-rate", type=float, default=20.0, help="plain calls a second")
+    ap.add_argument("--fake", choices=("node", "python"), default=None,
+                    help="the slow upstream: bench/slow_upstream.mjs (the default where node is "
+                         "on PATH) or tests/fakes/slow_upstream.py")
     ap.add_argument("--http1", action="store_true",
                     help="plain HTTP/1.1 upstream (one socket per stream) instead of HTTPS + h2")
     ap.add_argument("--out", default=os.path.join(RESULTS, "streams.json"))
@@ -337,26 +375,36 @@ def main() -> int:
     upstream = relay = None
     try:
         port = procs.free_port()
-        cmd = [sys.executable, "-m", "tests.fakes.slow_upstream", "--port", str(port)]
+        fake = args.fake or ("node" if shutil.which("node") else "python")
+        tls = os.path.join(work, "tls")
+        if fake == "node":
+            cmd = ["node", os.path.join(ROOT, "bench", "slow_upstream.mjs"), "--port", str(port)]
+            if not args.http1:
+                cert, key_file = write_tls(tls)
+                cmd += ["--cert", cert, "--key", key_file]
+        else:
+            cmd = [sys.executable, "-m", "tests.fakes.slow_upstream", "--port", str(port)]
+            if not args.http1:
+                cmd += ["--tls", tls]
         relay_env = {}
-        if not args.http1:
-            tls = os.path.join(work, "tls")
-            cmd += ["--tls", tls]
-            relay_env["RELAY_UPSTREAM_CA_FILE"] = os.path.join(tls, "ca.pem")
+        ca_file = "" if args.http1 else os.path.join(tls, "ca.pem")
+        if ca_file:
+            relay_env["RELAY_UPSTREAM_CA_FILE"] = ca_file
         upstream = procs.Child("slow upstream", cmd, os.path.join(work, "upstream.log"))
         upstream.start(port)
         upstream_url = f"{'http' if args.http1 else 'https'}://127.0.0.1:{port}"
         relay, relay_url = procs.start_relay(work, ADMIN_PASSWORD, extra_env=relay_env)
         env = setup(relay_url, upstream_url)
         admin, uid, key = env["admin"], env["user_id"], env["key"]
-        print(f"relay {relay_url} (pid {relay.pid}), slow upstream {upstream_url}; open-file "
+        direct = Probe(upstream_url, "", BODY, ca_file)
+        print(f"relay {relay_url} (pid {relay.pid}), slow upstream {upstream_url} ({fake}); open-file "
               f"limit {limit}; load average {os.getloadavg()[0]:.1f}", flush=True)
         before = settled(admin, uid)
         rss_idle = procs.status_kb(relay.pid, "VmRSS")
         rows = []
         for n in steps:
             load0, stat0 = os.getloadavg()[0], cpu_times()
-            r = run_step(n, args, relay, relay_url, key, BODY, upstream)
+            r = run_step(n, args, relay, relay_url, key, BODY, upstream, direct)
             r["loadavg_1m"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
             r["steal_pct"] = steal_pct(stat0, cpu_times())
             after = settled(admin, uid)
@@ -368,7 +416,8 @@ def main() -> int:
             print(f"  {n:6d} streams: {r['ok']} ok, {errs} errors {r['errors'] or ''}; "
                   f"ttfb p50 {r['ttfb_ms']['p50']} ms p99 {r['ttfb_ms']['p99']} ms; probe p50 "
                   f"{r['probe']['p50_ms']} ms p99 {r['probe']['p99_ms']} ms "
-                  f"({r['probe']['calls']} calls, errors {r['probe']['errors'] or 0}); relay "
+                  f"({r['probe']['calls']} calls, errors {r['probe']['errors'] or 0}); direct p50 "
+                  f"{r['direct_probe']['p50_ms']} ms p99 {r['direct_probe']['p99_ms']} ms; relay "
                   f"{r['relay_rss_kb'] / 1024:.0f} MiB, database {r['database_rss_kb'] / 1024:.0f}"
                   f" MiB; fds {r['relay_fds']}; records {r['records']}/{r['records_expected']}",
                   flush=True)
@@ -381,14 +430,16 @@ def main() -> int:
                           f"{row[4]:7.1f}")
         print(f"\nrelay resident when idle after setup: {rss_idle / 1024:.0f} MiB")
         print(f"\n{'streams':>7s} {'ok':>6s} {'errors':>6s} {'ttfb p50':>9s} {'ttfb p99':>9s} "
-              f"{'probe p50':>9s} {'probe p99':>9s} {'probe max':>9s} {'relay MiB':>9s} "
+              f"{'probe p50':>9s} {'probe p99':>9s} {'probe max':>9s} {'direct p50':>10s} "
+              f"{'direct p99':>10s} {'relay MiB':>9s} "
               f"{'KiB/stream':>10s} {'db MiB':>7s} {'relay cpu s':>11s} {'load':>9s} {'steal%':>6s}")
         for r in rows:
             per = (r["relay_rss_kb"] - rss_idle) / max(r["n"], 1)
             print(f"{r['n']:7d} {r['ok']:6d} {sum(r['errors'].values()):6d} "
                   f"{r['ttfb_ms']['p50']:9.1f} {r['ttfb_ms']['p99']:9.1f} "
                   f"{r['probe']['p50_ms']:9.2f} {r['probe']['p99_ms']:9.2f} "
-                  f"{r['probe']['max_ms']:9.2f} {r['relay_rss_kb'] / 1024:9.0f} {per:10.1f} "
+                  f"{r['probe']['max_ms']:9.2f} {r['direct_probe']['p50_ms']:10.2f} "
+                  f"{r['direct_probe']['p99_ms']:10.2f} {r['relay_rss_kb'] / 1024:9.0f} {per:10.1f} "
                   f"{r['database_rss_kb'] / 1024:7.0f} {r['relay_cpu_s']:11.1f} "
                   f"{r['loadavg_1m'][0]:4.1f}-{r['loadavg_1m'][1]:<4.1f} {r['steal_pct']:6.1f}")
         result = {
@@ -396,14 +447,16 @@ def main() -> int:
             "command": "python bench/streams.py " + " ".join(sys.argv[1:]),
             "machine": dict(facts, loadavg_at_end=os.getloadavg(), open_file_limit=limit),
             "setup": {"chunks": args.chunks, "interval_s": args.interval, "rate": args.rate,
-                      "probe_rate": args.probe_rate, "database": "embedded"},
+                      "probe_rate": args.probe_rate, "database": "embedded", "fake": fake,
+                      "upstream": "http/1.1" if args.http1 else "https, h2"},
             "relay_rss_idle_kb": rss_idle, "steps": rows}
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
             f.write("\n")
         print(f"\nwrote {args.out}")
-        bad = any(r["errors"] or r["probe"]["errors"] or r["records"] != r["records_expected"]
+        bad = any(r["errors"] or r["probe"]["errors"] or r["direct_probe"]["errors"]
+                  or r["records"] != r["records_expected"]
                   for r in rows)
         return 1 if bad else 0
     finally:
