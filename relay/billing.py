@@ -79,6 +79,8 @@ class Billing(Flusher):
         for _ in range(8):
             for b in subjects:
                 if b.available < amount:
+                    await self.wait_ahead(b)
+                if b.available < amount:
                     try:
                         await self._db(self._lease(b, amount))
                     except (PyMongoError, asyncio.TimeoutError):
@@ -87,6 +89,7 @@ class Billing(Flusher):
             if all(b.available >= amount for b in subjects):
                 for b in subjects:
                     b.reserved += amount
+                    self.lease_ahead(b)
                 res = Reservation(request_id, user_id, token_id, token_limited, amount)
                 self._open[request_id] = res
                 return res
@@ -293,6 +296,10 @@ class Billing(Flusher):
         for task in (self._flusher, self._guard, self._beat):
             await cancel_and_wait(task)
         self._flusher = self._guard = self._beat = None
+        # A chunk being leased ahead is let arrive (each is bounded by the
+        # database timeout), so that the books close with it given back.
+        if self._ahead:
+            await asyncio.wait(set(self._ahead))
         for res in list(self._open.values()):
             await self.refund(res)
             res.orphaned = True
