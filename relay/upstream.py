@@ -9,7 +9,9 @@ and possibly retry them.
 
 Each kind of work (plain calls, streams, uploads) passes its own Gate: a
 limit on concurrent calls with a bounded wait, so that thousands of open
-streams never make a plain call queue behind them.
+streams never make a plain call queue behind them.  Streams also have a
+client, and so connections, of their own, whose work takes a bounded share
+of each loop turn (STREAM_TURN).
 
 Three deadlines, none of which costs a Python call per libcurl event:
 - the first response byte: checked once a second for all calls (504);
@@ -37,6 +39,10 @@ log = logging.getLogger("relay.upstream")
 
 # libcurl error codes we tell apart
 _COULDNT_RESOLVE, _COULDNT_CONNECT, _TIMEOUT, _ABORTED = 6, 7, 28, 42
+# Seconds of each loop turn the streams' sockets may take (chunks read,
+# rewritten and written to their clients); what is left waits for the next
+# turn, in the kernel's buffers, after new requests and plain calls.
+STREAM_TURN = 0.001
 
 
 class Cancel:
@@ -198,15 +204,23 @@ class Upstream:
                       "upload": Gate("upload", max_uploads, queue_wait)}
         self._waiting: set[_Watch] = set()   # calls yet to see their first byte
         self._sweeper: PeriodicCallback | None = None
-        # force_instance: our pool is ours alone, whatever else in the
+        # force_instance: our pools are ours alone, whatever else in the
         # process uses AsyncHTTPClient (e.g. notification webhooks).
+        # Streams have connections of their own: a plain call multiplexed
+        # onto an HTTP/2 connection with fifty streams waited for the loop
+        # to get through their chunks before its answer was read, and the
+        # streams' share of each loop turn is bounded (STREAM_TURN).
         self.client = CurlClient(force_instance=True, max_body_size=max_body_size,
                                  ca_file=ca_file, h2_streams=h2_streams)
+        self.streams = CurlClient(force_instance=True, max_body_size=max_body_size,
+                                  ca_file=ca_file, h2_streams=h2_streams,
+                                  turn_budget=STREAM_TURN)
 
     def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.stop()
         self.client.close()
+        self.streams.close()
 
     async def send(self, method: str, url: str, headers: dict, body: bytes | None = None, *,
                    on_start: Callable[[int, HTTPHeaders], None] | None = None,
@@ -232,10 +246,10 @@ class Upstream:
             t0 = time.monotonic()
             watch = t.watch
             watch.started = t0
-            self.client.start(t)
+            (self.streams if kind == "stream" else self.client).start(t)
             watch.cancel._transfer = t
             if watch.cancel.cancelled:  # our client left while we queued
-                self.client.abort(t)
+                t.client.abort(t)
             self._waiting.add(watch)
             if self._sweeper is None:
                 self._sweeper = PeriodicCallback(self._sweep, 1000)
@@ -269,7 +283,7 @@ class Upstream:
                 # (an upload still coming in keeps moving `started` on)
                 self._waiting.discard(watch)
                 watch.reason = "first_byte"
-                self.client.abort(t)
+                t.client.abort(t)
 
     def _transfer(self, method, url, headers, body, on_start, on_chunk, cancel,
                   first_byte_timeout, body_producer) -> Transfer | Response:
@@ -341,7 +355,7 @@ class Upstream:
                     curl.pause(pycurl.PAUSE_RECV if cancel.paused else pycurl.PAUSE_CONT)
                 except pycurl.error:
                     return
-                self.client._set_timeout(0)
+                t.client._set_timeout(0)
 
         def read(size: int):
             if producer.aborted or cancel.cancelled:

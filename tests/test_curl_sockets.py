@@ -280,3 +280,78 @@ def test_many_transfers_started_at_once_all_complete():
         client.close()
         server.close()
     asyncio.run(go())
+
+
+def test_a_transfer_goes_out_when_started_not_a_loop_turn_later():
+    """A transfer added to libcurl is run at once: its request is on the
+    wire before start() returns, on a kept-alive connection.  Waiting for
+    libcurl's zero timeout cost every call one more loop turn, which lasts
+    milliseconds with thousands of streams open."""
+    import socket
+    import threading
+
+    seen = []
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+
+    def serve():
+        conn, _ = lst.accept()
+        buf = b""
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                return
+            buf += data
+            while b"\r\n\r\n" in buf and len(buf) >= buf.index(b"\r\n\r\n") + 4 + len(BODY):
+                buf = buf[buf.index(b"\r\n\r\n") + 4 + len(BODY):]
+                seen.append(time.monotonic())
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY))
+    threading.Thread(target=serve, daemon=True).start()
+    port = lst.getsockname()[1]
+
+    async def go():
+        client = CurlClient()
+        assert await _one_call(client, port) == 0  # the connection, kept alive
+        t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x", [], BODY)
+        client.start(t)
+        time.sleep(0.3)  # no loop turn meanwhile
+        assert len(seen) == 2, seen
+        err, _ = await asyncio.wait_for(t.done, 10)
+        assert err == 0 and b"".join(t.chunks) == BODY
+        client.close()
+    try:
+        asyncio.run(go())
+    finally:
+        lst.close()
+
+
+def test_a_turn_budget_bounds_the_time_one_turn_gives_ready_sockets():
+    """The streams' client gives each loop turn at most its budget (the rest
+    stays ready for the next turn, after the loop's other work); every
+    socket is still served in its turn."""
+    async def go():
+        client = CurlClient(turn_budget=0.003)
+        fds = [os.eventfd(1) for _ in range(40)]  # all readable
+        acted = []
+
+        def slow_act(fd, action):  # a socket whose chunks take a millisecond
+            acted.append(fd)
+            time.sleep(0.001)
+        client._act = slow_act
+        try:
+            for fd in fds:
+                client._handle_socket(pycurl.POLL_IN, fd, None, None)
+            client._on_ready(client._ep.fileno(), 1)
+            assert 1 <= len(acted) <= 4, len(acted)
+            turns = 1
+            while set(acted) != set(fds) and turns < 40:
+                client._on_ready(client._ep.fileno(), 1)
+                turns += 1
+            assert set(acted) == set(fds) and turns >= 10, turns
+        finally:
+            for fd in fds:
+                client._handle_socket(pycurl.POLL_REMOVE, fd, None, None)
+                os.close(fd)
+            client.close()
+    asyncio.run(go())

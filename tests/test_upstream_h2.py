@@ -3,7 +3,8 @@ most `upstream_h2_streams` to one (relay/curl_client.py: libcurl runs every
 transfer of a connection whenever it has data, so the CPU per chunk grows
 with the count).  The upstream is tests/fakes/slow_upstream.py over TLS
 with its own test CA; it allows 100 streams a connection, as vendors do,
-and counts what it sees."""
+and counts what it sees.  Plain calls go on connections of their own,
+never multiplexed with streams."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -39,10 +40,10 @@ def relay(mongo_url, tmp_path_factory, slow):
     p.stop()
 
 
-def stream(relay, key: str) -> list[str]:
+def stream(relay, key: str, delay: float = 0.5) -> list[str]:
     r = requests.post(relay.url + "/v1/chat/completions", timeout=60,
                       headers={"Authorization": f"Bearer {key}"},
-                      json={"model": "gpt-h2", "stream": True, "fake_chunks": 3, "fake_delay": 0.5,
+                      json={"model": "gpt-h2", "stream": True, "fake_chunks": 3, "fake_delay": delay,
                             "stream_options": {"include_usage": True},
                             "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 200, r.text
@@ -70,3 +71,27 @@ def test_streams_spread_over_connections_of_at_most_the_setting(relay, slow):
         items = admin.get("/api/log/?size=100")["data"]["items"]
         assert len(items) == STREAMS and all(r["status"] == 200 for r in items), items
     eventually(logged)
+
+
+def test_plain_calls_never_share_a_connection_with_streams(relay, slow):
+    """Multiplexed onto a connection that carries streams, a plain call's
+    answer waits for the loop to get through those streams' chunks; on a
+    connection of its own it is read at once."""
+    fake, url, _ = slow
+    t = Tenant(Api.login(relay.url), relay.url)  # the channel of the test above
+    for conn in fake.h2_conns:
+        conn.kinds.clear()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        streams = [pool.submit(stream, relay, t.key, 0.3) for _ in range(2)]
+        eventually(lambda: sum("stream" in c.kinds for c in fake.h2_conns) >= 1)
+        for _ in range(5):
+            r = requests.post(relay.url + "/v1/chat/completions", timeout=30,
+                              headers={"Authorization": f"Bearer {t.key}"},
+                              json={"model": "gpt-h2",
+                                    "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200 and r.json()["choices"], r.text
+        for f in streams:
+            assert f.result()[-1] == "[DONE]"
+    kinds = [c.kinds for c in fake.h2_conns if c.kinds]
+    assert {"plain"} in kinds and {"stream"} in kinds, kinds
+    assert all(len(k) == 1 for k in kinds), kinds

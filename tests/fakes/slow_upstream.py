@@ -177,6 +177,7 @@ class _H2(asyncio.Protocol):
         self.conn.initiate_connection()
         self.requests: dict[int, list] = {}   # stream id -> [path, body]
         self.timers: dict[int, asyncio.TimerHandle] = {}
+        self.kinds: set[str] = set()          # "plain", "stream": what it carried
         self.flush()
 
     def flush(self) -> None:
@@ -217,6 +218,7 @@ class _H2(asyncio.Protocol):
         self.flush()
 
     def answer(self, sid: int, a: _Answer) -> None:
+        self.kinds.add("stream" if a.plain is None else "plain")
         if a.plain is not None:
             self.conn.send_headers(sid, [(":status", "200"), ("content-type", "application/json"),
                                          ("content-length", str(len(a.plain)))])
@@ -264,6 +266,7 @@ class _Conn(asyncio.Protocol):
             self.fake.open += 1
             self.fake.h2_connections += 1
             self.impl = _H2(self.fake, transport)
+            self.fake.h2_conns.append(self.impl)
         else:
             self.impl = _H1(self.fake)
             self.impl.connection_made(transport)
@@ -287,6 +290,7 @@ class SlowUpstream:
         # HTTP/2 connections ever opened, and the most streams open at once
         # on one of them.
         self.h2_connections = self.peak_streams = 0
+        self.h2_conns: list = []  # every HTTP/2 connection's _H2 (its `kinds`)
 
     async def serve(self, host: str, port: int, backlog: int = 4096, tls_dir: str = ""):
         ssl_ctx = make_tls(tls_dir) if tls_dir else None
