@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+from tornado.iostream import StreamClosedError
+
 from handlers.relay_base import RelayHandler
 from handlers.relay_openai import (BillingSubscriptionHandler, BillingUsageHandler, ChatHandler,
                                    CompletionsHandler, EmbeddingsHandler, ModelsHandler,
@@ -32,8 +34,14 @@ class SpeechHandler(RelayHandler):
         call = media.parse_speech(self.request_id, self.body)
         out = await self.ctx["service"].relay(call, auth, self, media, self.cancel)
         if out.error is not None and self.started:
-            # Half an audio file must not look like a whole one: cut the
-            # connection instead of ending the chunked body cleanly.
+            # Half an audio file must not look like a whole one: what came
+            # is sent, then the connection is cut instead of ending the
+            # chunked body cleanly.
+            if not self.closed:
+                try:
+                    await self.flush()
+                except StreamClosedError:
+                    pass
             self.request.connection.close()
             return
         if out.error is not None:

@@ -379,12 +379,30 @@ class CurlClient(CurlAsyncHTTPClient):
         curl.xfer = t
         self.active += 1
         self._multi.add_handle(curl)
-        # Now rather than on libcurl's zero timeout (the module's docstring).
-        # Safe: never called from inside libcurl (chunks are handed on
-        # outside it), so the multi handle is not re-entered.
+        self._kick()
+
+    def _kick(self) -> None:
+        """Run libcurl now for a transfer just added (the module's
+        docstring): safe, as start() is never called from inside libcurl.
+        What that run read or finished (this transfer may be whole already,
+        from a fast upstream on a kept-alive connection) is handed on from
+        the loop, as always, not inside start(): its caller has not even
+        begun to wait, and a stream's owner finds its chunks flushed before
+        it hears the transfer ended."""
         if self._timeout is not None:
             self.io_loop.remove_timeout(self._timeout)
-        self._handle_timeout()
+            self._timeout = None
+        while True:
+            try:
+                ret, _ = self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
+            except pycurl.error as e:
+                ret = e.args[0] if isinstance(e.args[0], int) else 0
+            if ret != pycurl.E_CALL_MULTI_PERFORM:
+                break
+        self.io_loop.asyncio_loop.call_soon(self._finish_pending_requests)
+        timeout = self._multi.timeout()
+        if timeout >= 0:
+            self._set_timeout(timeout)
 
     def _finish(self, curl, curl_error=None, curl_message=None) -> None:
         t = getattr(curl, "xfer", None)
