@@ -24,6 +24,7 @@ from tornado.ioloop import PeriodicCallback
 
 import settings as settings_mod
 from handlers import proxies
+from handlers.relay_base import BodyFirstRouting
 from models import passwords
 from models.datadir import DataDirBusy, DataDirLock
 from models.secrets import Vault, load_or_create_secret
@@ -67,7 +68,7 @@ HANDLER_MODULES = [
 INSTALLERS = ["models.migrations", "notify.service", "relay.mj_tasks", "relay.limits"]
 
 
-class RelayApplication(tornado.web.Application):
+class RelayApplication(BodyFirstRouting, tornado.web.Application):
     draining = False
 
     def find_handler(self, request, **kwargs):
