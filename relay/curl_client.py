@@ -89,7 +89,7 @@ class Transfer:
     """
 
     __slots__ = ("method", "url", "header_lines", "body", "producer", "on_start", "on_chunk",
-                 "connect_timeout", "low_speed_time", "max_body", "status",
+                 "connect_timeout", "max_body", "status",
                  "raw_headers", "_headers", "final", "started", "pending", "dirty", "chunks",
                  "size", "last_data", "done", "curl", "client", "ok_status", "upload_size",
                  "watch")
@@ -104,7 +104,6 @@ class Transfer:
         self.on_start: Callable | None = None
         self.on_chunk: Callable | None = None
         self.connect_timeout = 10.0
-        self.low_speed_time = 120
         self.max_body = 512 * 1024 * 1024
         self.status = 0
         self.raw_headers: list = []
@@ -350,10 +349,7 @@ class CurlClient(CurlAsyncHTTPClient):
             setopt(pycurl.PIPEWAIT, 1)
             if self.ca_file:
                 setopt(pycurl.CAINFO, self.ca_file)
-        # Under a byte a second for low_speed_time ends a silent stream (a
-        # transfer we paused is exempt).
-        setopt(pycurl.LOW_SPEED_LIMIT, 1)
-        setopt(pycurl.LOW_SPEED_TIME, t.low_speed_time)
+        # No LOW_SPEED_*: relay/upstream.py watches for silence itself.
         method = t.method
         if t.producer is None:
             # libcurl keeps an upload buffer per transfer, 64 KB by default,

@@ -15,8 +15,13 @@ of each loop turn (STREAM_TURN).
 
 Three deadlines, none of which costs a Python call per libcurl event:
 - the first response byte: checked once a second for all calls (504);
-- silence in the middle of a stream: libcurl's low-speed check (under one
-  byte a second for `idle_timeout`; a transfer we paused is exempt);
+- silence once the answer has begun: no byte for `idle_timeout` (504; a
+  transfer we paused is exempt), checked by the same sweep, a bounded slice
+  of the open transfers each second.  Not libcurl's low-speed check: that
+  re-arms a one-second timer on every transfer each time it runs, so with
+  10,000 streams open libcurl ran ten thousand transfers a second from its
+  timers, outside STREAM_TURN, and each read its connection's waiting
+  chunks for all its streams: loop turns of 40-70 ms (bench/streams.py);
 - our own client going away: setting `Cancel.cancelled` aborts the
   transfer on the next loop turn.
 """
@@ -43,6 +48,8 @@ _COULDNT_RESOLVE, _COULDNT_CONNECT, _TIMEOUT, _ABORTED = 6, 7, 28, 42
 # rewritten and written to their clients); what is left waits for the next
 # turn, in the kernel's buffers, after new requests and plain calls.
 STREAM_TURN = 0.001
+# Answering transfers looked at for silence each second, at the least.
+SILENCE_SLICE = 2000
 
 
 class Cancel:
@@ -53,11 +60,12 @@ class Cancel:
     then backs up into TCP instead of into our memory.
     """
 
-    __slots__ = ("_cancelled", "paused", "_transfer")
+    __slots__ = ("_cancelled", "paused", "resumed", "_transfer")
 
     def __init__(self):
         self._cancelled = False
         self.paused = False
+        self.resumed = 0.0  # when it was last resumed (silence is timed from then)
         self._transfer: Transfer | None = None
 
     @property
@@ -85,6 +93,7 @@ class Cancel:
         t = self._transfer
         if t is not None and t.curl is not None and self.paused:
             self.paused = False
+            self.resumed = time.monotonic()
             try:
                 t.curl.pause(pycurl.PAUSE_CONT)
             except pycurl.error:
@@ -128,9 +137,9 @@ class Response:
 
 
 class _Watch:
-    """The first-byte deadline of one transfer, and why it was stopped."""
+    """The deadlines of one transfer, and why it was stopped."""
 
-    __slots__ = ("first_byte_timeout", "cancel", "t", "started", "reason")
+    __slots__ = ("first_byte_timeout", "cancel", "t", "started", "reason", "seen", "quiet")
 
     def __init__(self, first_byte_timeout: float, cancel: Cancel, t: Transfer):
         self.first_byte_timeout = first_byte_timeout
@@ -138,6 +147,8 @@ class _Watch:
         self.t = t
         self.started = 0.0
         self.reason = ""
+        self.seen = 0        # bytes received at the last look
+        self.quiet = 0.0     # since when no byte has come (or it was paused)
 
 
 class Gate:
@@ -203,6 +214,8 @@ class Upstream:
                       "stream": Gate("stream", max_streams, queue_wait),
                       "upload": Gate("upload", max_uploads, queue_wait)}
         self._waiting: set[_Watch] = set()   # calls yet to see their first byte
+        self._answering: set[_Watch] = set()  # calls whose answer has begun
+        self._to_look: list[_Watch] = []      # what this round of silence checks has left
         self._sweeper: PeriodicCallback | None = None
         # force_instance: our pools are ours alone, whatever else in the
         # process uses AsyncHTTPClient (e.g. notification webhooks).
@@ -260,6 +273,7 @@ class Upstream:
                 # libcurl handles are pooled: never touch this one again.
                 watch.cancel._transfer = None
                 self._waiting.discard(watch)
+                self._answering.discard(watch)
         finally:
             gate.leave()
         try:
@@ -272,17 +286,44 @@ class Upstream:
 
     def _sweep(self) -> None:
         """Once a second: stop calls whose upstream has not begun to answer
-        within their first-byte timeout.  (A timer per call costs more than
-        the rest of the call's upstream side together.)"""
+        within their first-byte timeout, and look at a slice of those
+        answering for silence.  (A timer per call costs more than the rest
+        of the call's upstream side together.)"""
         now = time.monotonic()
         for watch in list(self._waiting):
             t = watch.t
-            if t.curl is None or t.final or t.last_data:
-                self._waiting.discard(watch)  # answering (or over): no longer ours to time
+            if t.curl is None:
+                self._waiting.discard(watch)
+            elif t.final or t.last_data:  # answering: silence is timed from now
+                self._waiting.discard(watch)
+                watch.seen, watch.quiet = t.size, now
+                self._answering.add(watch)
             elif now - watch.started > watch.first_byte_timeout:
                 # (an upload still coming in keeps moving `started` on)
                 self._waiting.discard(watch)
                 watch.reason = "first_byte"
+                t.client.abort(t)
+        self._look_for_silence(now)
+
+    def _look_for_silence(self, now: float) -> None:
+        # All of them each second up to SILENCE_SLICE; beyond, an eighth a
+        # second, so that no turn of the loop walks ten thousand of them.
+        todo = self._to_look
+        if not todo:
+            todo = self._to_look = list(self._answering)
+        n = max(SILENCE_SLICE, len(self._answering) // 8 + 1)
+        batch = todo[-n:]
+        del todo[-n:]
+        idle, answering = self.idle_timeout, self._answering
+        for watch in batch:
+            t = watch.t
+            if watch not in answering or t.curl is None:
+                continue
+            if t.size != watch.seen or watch.cancel.paused:
+                watch.seen, watch.quiet = t.size, now
+            elif now - max(watch.quiet, watch.cancel.resumed) > idle:
+                answering.discard(watch)
+                watch.reason = "idle"
                 t.client.abort(t)
 
     def _transfer(self, method, url, headers, body, on_start, on_chunk, cancel,
@@ -299,7 +340,6 @@ class Upstream:
         t.on_start = on_start
         t.on_chunk = on_chunk
         t.connect_timeout = self.connect_timeout
-        t.low_speed_time = max(1, int(self.idle_timeout))
         t.max_body = self.max_body_size
         watch = _Watch(first_byte_timeout or self.first_byte_timeout, cancel, t)
         t.watch = watch
@@ -314,8 +354,6 @@ class Upstream:
         t.begin()
         status = t.status
         first = (t.last_data - t0) if t.last_data else 0.0
-        if errnum == _TIMEOUT and "too slow" in message.lower():  # the low-speed check
-            watch.reason = "idle" if t.started else "first_byte"
         if watch.reason or errnum == _ABORTED and cancel.cancelled:
             return Response(status, None, b"", streamed=t.started, source=t,
                             error=self._map_reason(watch.reason or "cancelled"),

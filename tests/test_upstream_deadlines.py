@@ -46,3 +46,64 @@ def test_silence_mid_stream_ends_it_with_an_error_event(relay, slow):
     assert "stopped sending mid-stream" in r.text and events[-1] == "[DONE]"
     rec = t.logs(1)[0]
     assert rec["status"] == 504 and "stopped sending" in rec["error"]
+
+
+def test_a_steady_trickle_is_not_silence(relay, slow):
+    """Pieces 0.6 s apart under a 1 s idle timeout: the stream runs whole."""
+    admin = Api.login(relay.url)
+    admin.create_channel(slow, ["gpt-trickle"], name="trickle")
+    admin.set_price("gpt-trickle", input_price=1, output_price=2)
+    t = Tenant(admin, relay.url)
+    r = requests.post(relay.url + "/v1/chat/completions", timeout=60,
+                      headers={"Authorization": f"Bearer {t.key}"},
+                      json={"model": "gpt-trickle", "stream": True, "fake_chunks": 6,
+                            "fake_delay": 0.6, "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200
+    events = [ln[6:] for ln in r.text.splitlines() if ln.startswith("data: ")]
+    assert sum('"content":"piece ' in e for e in events) == 6 and events[-1] == "[DONE]"
+    assert "stopped sending" not in r.text
+    assert t.logs(1)[0]["status"] == 200
+
+
+def test_a_stream_we_paused_is_not_silent_however_long(slow):
+    """Back-pressure pauses a transfer while our client is slow to read; the
+    upstream has not fallen silent then, and the idle timeout must not end
+    it, nor end it at the first look after the resume (in-process: the
+    relay's Upstream against the slow fake, its sweep driven by hand)."""
+    import asyncio
+    import json
+
+    from relay.upstream import Cancel, Upstream
+
+    class _NoTimer:
+        def stop(self) -> None:
+            pass
+
+    async def go():
+        up = Upstream(idle_timeout=1.0, first_byte_timeout=5)
+        up._sweeper = _NoTimer()  # the looks below are the only ones
+        cancel = Cancel()
+        got = []
+        loop = asyncio.get_running_loop()
+
+        def resume() -> None:
+            cancel.resume()
+            up._sweep()  # 1.5 s after the last look: timed from the resume
+
+        def on_chunk(data: bytes) -> None:
+            got.append(data)
+            if len(got) == 1:
+                cancel.pause()  # our client stops reading, for 3 s
+                up._sweep()     # answering: watched for silence from now
+                loop.call_later(1.5, up._sweep)  # paused: not silence
+                loop.call_later(3.0, resume)
+        body = json.dumps({"model": "m", "stream": True, "fake_chunks": 4, "fake_delay": 0.2,
+                           "messages": []}).encode()
+        resp = await up.send("POST", slow + "/v1/chat/completions",
+                             {"Content-Type": "application/json"}, body, on_chunk=on_chunk,
+                             cancel=cancel)
+        up.close()
+        return resp, b"".join(got)
+    resp, data = asyncio.run(go())
+    assert resp.error is None, resp.error
+    assert data.count(b'"content":"piece ') == 4 and data.endswith(b"data: [DONE]\n\n")
