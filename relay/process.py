@@ -8,6 +8,7 @@ import ctypes
 import gc
 
 from tornado.httpserver import HTTPServer
+from tornado.ioloop import IOLoop
 
 
 # glibc's mallopt parameter number for M_MMAP_THRESHOLD (malloc.h).
@@ -40,13 +41,27 @@ def tune_malloc() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
-class RelayHTTPServer(HTTPServer):
-    """Keeps TCP_NODELAY on for the whole life of each client connection.
+# Connections accepted in one turn of the loop.  Tornado takes up to 128:
+# with a burst of new streams arriving, each costs a few hundred
+# microseconds (its objects, its first read), and turns of 20-30 ms made
+# every plain call in the loop wait (bench/streams.py); the rest wait in
+# the kernel's queue for the next turn.
+ACCEPT_BATCH = 16
 
-    Tornado turns it on at the end of every response and off again before
-    the next one: two system calls per request.  A relay wants every
+
+class RelayHTTPServer(HTTPServer):
+    """Keeps TCP_NODELAY on for the whole life of each client connection,
+    and accepts at most ACCEPT_BATCH connections a turn.
+
+    Tornado turns TCP_NODELAY on at the end of every response and off again
+    before the next one: two system calls per request.  A relay wants every
     streamed chunk sent at once anyway, so we set it once per connection.
     """
+
+    def add_sockets(self, sockets) -> None:
+        for sock in sockets:
+            self._sockets[sock.fileno()] = sock
+            self._handlers[sock.fileno()] = add_accept_handler(sock, self._handle_connection)
 
     def handle_stream(self, stream, address) -> None:
         stream.set_nodelay(True)
@@ -84,6 +99,34 @@ def _small_queues(stream) -> None:
 
 def _keep_nodelay(value: bool) -> None:
     return None
+
+
+def add_accept_handler(sock, callback, batch: int = ACCEPT_BATCH):
+    """Tornado's netutil.add_accept_handler, taking at most `batch`
+    connections a turn: the listening socket stays readable while more
+    wait, so the loop comes back to it after its other work.  Returns the
+    callable that stops accepting."""
+    io_loop = IOLoop.current()
+    removed = [False]
+
+    def accept_handler(fd, events: int) -> None:
+        for _ in range(batch):
+            if removed[0]:
+                return
+            try:
+                connection, address = sock.accept()
+            except BlockingIOError:
+                return
+            except ConnectionAbortedError:  # closed while in the queue
+                continue
+            callback(connection, address)
+
+    def remove_handler() -> None:
+        io_loop.remove_handler(sock)
+        removed[0] = True
+
+    io_loop.add_handler(sock, accept_handler, IOLoop.READ)
+    return remove_handler
 
 
 def raise_open_file_limit() -> int:
