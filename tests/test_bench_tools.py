@@ -1,7 +1,9 @@
-"""The benchmark's own parts: the fake upstream's --no-record switch and the
-py-spy summary.  (The benchmark itself is bench/run.py, not a test.)"""
+"""The benchmark's own parts: the fake upstream's --no-record switch, the
+py-spy summary, bench/streams.py's Node upstream and bench/chunk_path.py.
+(The benchmarks themselves are not tests.)"""
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -91,3 +93,72 @@ def test_an_even_number_of_rounds_keeps_whole_numbers_whole():
     assert out["connections"] == 20 and type(out["connections"]) is int
     assert out["rps"] == 150.0 and out["p50_ms"] == 2.5
     assert out["cpu_us_per_request"]["relay"] == 350.5
+
+
+def test_the_node_slow_upstream_speaks_the_python_fakes_wire_format(tmp_path):
+    """bench/streams.py's default upstream (bench/slow_upstream.mjs): HTTP/2
+    over TLS by ALPN, a stream of the pieces asked for with its usage and
+    [DONE], a plain answer, and the drop mode's reset after one event."""
+    import io
+    import shutil
+    import subprocess
+
+    import pycurl
+    import pytest
+
+    import streams
+    from tests.helpers import free_port, wait_port
+
+    if not shutil.which("node"):
+        pytest.skip("node is not on PATH")
+    cert, key = streams.write_tls(str(tmp_path))
+    port = free_port()
+    proc = subprocess.Popen(["node", os.path.join(os.path.dirname(streams.__file__),
+                                                  "slow_upstream.mjs"), "--port", str(port),
+                             "--cert", cert, "--key", key], stdout=subprocess.DEVNULL)
+    try:
+        wait_port(port, proc, timeout=20, what="node slow upstream")
+
+        def post(path: str, body: dict) -> tuple[int, int, bytes, int]:
+            buf = io.BytesIO()
+            c = pycurl.Curl()
+            c.setopt(pycurl.URL, f"https://127.0.0.1:{port}{path}")
+            c.setopt(pycurl.CAINFO, str(tmp_path / "ca.pem"))
+            c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_2TLS)
+            c.setopt(pycurl.POSTFIELDS, json.dumps(body))
+            c.setopt(pycurl.WRITEDATA, buf)
+            err = 0
+            try:
+                c.perform()
+            except pycurl.error as exc:
+                err = exc.args[0]
+            out = (c.getinfo(pycurl.RESPONSE_CODE), c.getinfo(pycurl.INFO_HTTP_VERSION),
+                   buf.getvalue(), err)
+            c.close()
+            return out
+        code, version, data, err = post("/v1/chat/completions", {
+            "model": "m", "stream": True, "fake_chunks": 3, "fake_delay": 0.05,
+            "stream_options": {"include_usage": True}})
+        assert (code, version, err) == (200, pycurl.CURL_HTTP_VERSION_2, 0)
+        events = [ln[6:] for ln in data.decode().splitlines() if ln.startswith("data: ")]
+        assert events[-1] == "[DONE]" and json.loads(events[-2])["usage"]["completion_tokens"] == 3
+        assert [json.loads(e)["choices"][0]["delta"].get("content") for e in events[1:4]] == \
+            ["piece 1 ", "piece 2 ", "piece 3 "]
+        code, _, data, err = post("/v1/chat/completions", {"model": "m"})
+        assert code == 200 and err == 0 and json.loads(data)["usage"]["total_tokens"] == 11
+        code, _, data, err = post("/mode/drop/v1/chat/completions",
+                                  {"model": "m", "stream": True, "fake_chunks": 3})
+        assert code == 200 and err != 0 and data.count(b"data: ") == 1
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_chunk_path_bench_runs():
+    import subprocess
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(hotspots.__file__),
+                                                       "chunk_path.py"), "--streams", "4",
+                          "--chunks", "5", "--rounds", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("CPU per chunk (us): median ")
