@@ -291,6 +291,7 @@ _REASONS = {524: "A Timeout Occurred", 499: "Client Closed Request"}
 # A body of at most this many bytes, with a Content-Length, is read whole
 # before its relay handler is made (BodyFirst).
 EAGER_BODY = 256 * 1024
+_DONE: asyncio.Future | None = None
 
 
 class BodyFirst(_HandlerDelegate):
@@ -320,11 +321,18 @@ class BodyFirst(_HandlerDelegate):
 
     def finish(self) -> None:
         if self.whole:
-            # RequestHandler._execute awaits this for a streaming class.
-            done = asyncio.Future()
-            done.set_result(None)
-            self.request._body_future = done
+            # RequestHandler._execute awaits this for a streaming class; a
+            # future already done is awaited without touching its loop, so
+            # one serves every request.
+            global _DONE
+            if _DONE is None:
+                _DONE = asyncio.Future()
+                _DONE.set_result(None)
+            self.request._body_future = _DONE
         super().finish()
+        # Tornado copied the body to request.body; this delegate lives as
+        # long as the request (a whole stream), and need not hold it twice.
+        self.chunks = bytearray()
 
 
 class BodyFirstRouting:

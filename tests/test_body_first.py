@@ -9,6 +9,7 @@ the handler records what it saw and counts the loop's turns."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 import types
@@ -16,7 +17,7 @@ import types
 import pytest
 from tornado.web import Application
 
-from handlers.relay_base import EAGER_BODY, BodyFirstRouting, RelayHandler
+from handlers.relay_base import EAGER_BODY, BodyFirst, BodyFirstRouting, RelayHandler
 from relay import process
 from relay.errors import RelayError
 
@@ -43,6 +44,8 @@ class _Echo(RelayHandler):
         seen["streamed_pieces"] = self.pieces
         seen["turn_at_post"] = seen["turns"]
         body = self.body
+        seen["held"] = sum(len(o.chunks or b"") for o in gc.get_referrers(self.request)
+                           if isinstance(o, BodyFirst))
         self.finish({"length": len(body), "tail": body[-8:].decode()})
 
 
@@ -109,6 +112,9 @@ def test_a_small_body_is_whole_when_the_handler_starts(served):
     assert seen["at_prepare"] == len(body) and seen["streamed_pieces"] == 0
     # prepare() and post() in the same turn: nothing awaited in between.
     assert seen["turn_at_post"] == seen["turn_at_prepare"]
+    # The body is held once (request.body), not also by Tornado's delegate,
+    # which lives as long as the request: a coding agent's body is 100 KB.
+    assert seen["held"] == 0
 
 
 def test_a_large_body_still_streams_in(served):
