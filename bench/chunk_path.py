@@ -38,7 +38,7 @@ from relay import loop as relay_loop, process  # noqa: E402
 from relay.adaptors.base import Call  # noqa: E402
 from relay.adaptors.openai import OpenAIStream  # noqa: E402
 from relay.attempts import _Streaming  # noqa: E402
-from relay.curl_client import Transfer  # noqa: E402
+from relay.transfer import Transfer  # noqa: E402
 from relay.faces.openai import StreamWriter  # noqa: E402
 
 

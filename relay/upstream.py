@@ -27,18 +27,18 @@ Three deadlines, none of which costs a Python call per libcurl event:
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections import deque
 from typing import Callable
 
 import pycurl
 from tornado.httputil import HTTPHeaders
 from tornado.ioloop import IOLoop, PeriodicCallback
 
-from relay.curl_client import CurlClient, Transfer
+from relay.curl_client import CurlClient
 from relay.errors import RelayError
+from relay.gate import Gate, busy
+from relay.transfer import Transfer
 
 log = logging.getLogger("relay.upstream")
 
@@ -151,56 +151,6 @@ class _Watch:
         self.quiet = 0.0     # since when no byte has come (or it was paused)
 
 
-class Gate:
-    """A limit on concurrent upstream calls of one kind, with a bounded wait.
-
-    Each kind of work (streams, plain calls, uploads) has its own gate, so a
-    crowd of one kind never queues another behind it.  Entering is free
-    while under the limit; past it a call waits its turn (first come, first
-    served) for at most `wait` seconds, then gets False.
-    """
-
-    def __init__(self, kind: str, limit: int, wait: float):
-        self.kind = kind
-        self.limit = limit
-        self.wait = wait
-        self.active = 0
-        self._waiters: deque = deque()
-
-    def try_enter(self) -> bool:
-        if self.active < self.limit and not self._waiters:
-            self.active += 1
-            return True
-        return False
-
-    async def enter(self) -> bool:
-        if self.try_enter():
-            return True
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self._waiters.append(fut)
-        timer = loop.call_later(self.wait, _expire, fut)
-        try:
-            return await fut
-        finally:
-            timer.cancel()
-            if not fut.done():  # the waiting call itself was cancelled
-                fut.cancel()
-
-    def leave(self) -> None:
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(True)  # the place passes on; active is unchanged
-                return
-        self.active -= 1
-
-
-def _expire(fut) -> None:
-    if not fut.done():
-        fut.set_result(False)
-
-
 class Upstream:
     def __init__(self, connect_timeout: float = 10.0, first_byte_timeout: float = 120.0,
                  idle_timeout: float = 120.0, max_calls: int = 2000, max_streams: int = 20000,
@@ -250,7 +200,7 @@ class Upstream:
         kind = "upload" if body_producer is not None else "stream" if on_chunk else "call"
         gate = self.gates[kind]
         if not gate.try_enter() and not await gate.enter():
-            return Response(0, HTTPHeaders(), error=_busy(kind, gate))
+            return Response(0, HTTPHeaders(), error=busy(kind, gate))
         try:
             t = self._transfer(method, url, headers, body, on_start, on_chunk,
                                cancel or Cancel(), first_byte_timeout, body_producer)
@@ -437,11 +387,3 @@ class Upstream:
                               "upstream_unreachable")
         return RelayError(502, f"The upstream connection failed: {msg[:200]}", "upstream_error",
                           "bad_upstream")
-
-
-def _busy(kind: str, gate: Gate) -> RelayError:
-    what = {"stream": "streaming calls", "call": "calls", "upload": "uploads"}[kind]
-    err = RelayError(503, f"The relay is at its limit of {gate.limit} concurrent {what}; "
-                          "retry shortly.", "server_error", "relay_overloaded")
-    err.retry_after = max(1, int(gate.wait))
-    return err

@@ -18,7 +18,8 @@ import time
 import pycurl
 import pytest
 
-from relay.curl_client import CurlClient, Transfer
+from relay.curl_client import CurlClient
+from relay.transfer import Transfer
 
 BODY = b'{"ok":true}'
 
