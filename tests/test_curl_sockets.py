@@ -356,3 +356,33 @@ def test_a_turn_budget_bounds_the_time_one_turn_gives_ready_sockets():
                 os.close(fd)
             client.close()
     asyncio.run(go())
+
+
+def test_below_budget_from_a_turn_serves_every_ready_socket():
+    """With few transfers open the budget is not applied: a turn's batch is
+    short anyway, and cutting it costs CPU."""
+    async def go():
+        client = CurlClient(turn_budget=0.003, budget_from=100)
+        fds = [os.eventfd(1) for _ in range(40)]
+        acted = []
+
+        def slow_act(fd, action):
+            acted.append(fd)
+            time.sleep(0.001)
+        client._act = slow_act
+        try:
+            for fd in fds:
+                client._handle_socket(pycurl.POLL_IN, fd, None, None)
+            client._on_ready(client._ep.fileno(), 1)
+            assert sorted(acted) == sorted(fds)
+            acted.clear()
+            client.active = 100  # a crowd: the budget holds again
+            client._on_ready(client._ep.fileno(), 1)
+            assert 1 <= len(acted) <= 4, len(acted)
+        finally:
+            client.active = 0
+            for fd in fds:
+                client._handle_socket(pycurl.POLL_REMOVE, fd, None, None)
+                os.close(fd)
+            client.close()
+    asyncio.run(go())
