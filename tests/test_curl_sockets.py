@@ -12,6 +12,7 @@ event loop nothing per call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 
@@ -327,22 +328,36 @@ def test_a_transfer_goes_out_when_started_not_a_loop_turn_later():
         lst.close()
 
 
+@contextlib.contextmanager
+def _slow_ready_sockets(client, n=40):
+    """n sockets that stay readable, each taking a millisecond to serve;
+    yields the list of those served, in order."""
+    fds = [os.eventfd(1) for _ in range(n)]
+    acted = []
+
+    def slow_act(fd, action):
+        acted.append(fd)
+        time.sleep(0.001)
+    client._act = slow_act
+    try:
+        for fd in fds:
+            client._handle_socket(pycurl.POLL_IN, fd, None, None)
+        yield fds, acted
+    finally:
+        client.active = 0
+        for fd in fds:
+            client._handle_socket(pycurl.POLL_REMOVE, fd, None, None)
+            os.close(fd)
+        client.close()
+
+
 def test_a_turn_budget_bounds_the_time_one_turn_gives_ready_sockets():
     """The streams' client gives each loop turn at most its budget (the rest
     stays ready for the next turn, after the loop's other work); every
     socket is still served in its turn."""
     async def go():
         client = CurlClient(turn_budget=0.003)
-        fds = [os.eventfd(1) for _ in range(40)]  # all readable
-        acted = []
-
-        def slow_act(fd, action):  # a socket whose chunks take a millisecond
-            acted.append(fd)
-            time.sleep(0.001)
-        client._act = slow_act
-        try:
-            for fd in fds:
-                client._handle_socket(pycurl.POLL_IN, fd, None, None)
+        with _slow_ready_sockets(client) as (fds, acted):
             client._on_ready(client._ep.fileno(), 1)
             assert 1 <= len(acted) <= 4, len(acted)
             turns = 1
@@ -350,11 +365,6 @@ def test_a_turn_budget_bounds_the_time_one_turn_gives_ready_sockets():
                 client._on_ready(client._ep.fileno(), 1)
                 turns += 1
             assert set(acted) == set(fds) and turns >= 10, turns
-        finally:
-            for fd in fds:
-                client._handle_socket(pycurl.POLL_REMOVE, fd, None, None)
-                os.close(fd)
-            client.close()
     asyncio.run(go())
 
 
@@ -363,26 +373,11 @@ def test_below_budget_from_a_turn_serves_every_ready_socket():
     short anyway, and cutting it costs CPU."""
     async def go():
         client = CurlClient(turn_budget=0.003, budget_from=100)
-        fds = [os.eventfd(1) for _ in range(40)]
-        acted = []
-
-        def slow_act(fd, action):
-            acted.append(fd)
-            time.sleep(0.001)
-        client._act = slow_act
-        try:
-            for fd in fds:
-                client._handle_socket(pycurl.POLL_IN, fd, None, None)
+        with _slow_ready_sockets(client) as (fds, acted):
             client._on_ready(client._ep.fileno(), 1)
             assert sorted(acted) == sorted(fds)
             acted.clear()
             client.active = 100  # a crowd: the budget holds again
             client._on_ready(client._ep.fileno(), 1)
             assert 1 <= len(acted) <= 4, len(acted)
-        finally:
-            client.active = 0
-            for fd in fds:
-                client._handle_socket(pycurl.POLL_REMOVE, fd, None, None)
-                os.close(fd)
-            client.close()
     asyncio.run(go())

@@ -1,6 +1,7 @@
 """A stream whose upstream falls silent mid-way ends with an error event
-once the relay's stream_idle_timeout has passed (libcurl's low-speed check
-does the watching), and its usage record says so."""
+once the relay's stream_idle_timeout has passed (relay/upstream.py's
+once-a-second sweep does the watching), and its usage record says so; a
+slow but steady stream, or one we paused, is not silent."""
 from __future__ import annotations
 
 
@@ -31,17 +32,23 @@ def relay(mongo_url, tmp_path_factory):
     p.stop()
 
 
-def test_silence_mid_stream_ends_it_with_an_error_event(relay, slow):
+def _chat_stream(relay, slow, model: str, chunks: int, delay: float):
+    """A streamed chat through the relay to the slow fake, `delay` seconds
+    between its pieces: the response, its data events and the tenant."""
     admin = Api.login(relay.url)
-    admin.create_channel(slow, ["gpt-silent"], name="silent")
-    admin.set_price("gpt-silent", input_price=1, output_price=2)
+    admin.create_channel(slow, [model], name=model)
+    admin.set_price(model, input_price=1, output_price=2)
     t = Tenant(admin, relay.url)
     r = requests.post(relay.url + "/v1/chat/completions", timeout=60,
                       headers={"Authorization": f"Bearer {t.key}"},
-                      json={"model": "gpt-silent", "stream": True, "fake_chunks": 2,
-                            "fake_delay": 40, "messages": [{"role": "user", "content": "hi"}]})
+                      json={"model": model, "stream": True, "fake_chunks": chunks,
+                            "fake_delay": delay, "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 200
-    events = [ln[6:] for ln in r.text.splitlines() if ln.startswith("data: ")]
+    return r, [ln[6:] for ln in r.text.splitlines() if ln.startswith("data: ")], t
+
+
+def test_silence_mid_stream_ends_it_with_an_error_event(relay, slow):
+    r, events, t = _chat_stream(relay, slow, "gpt-silent", 2, 40)
     assert '"role":"assistant"' in events[0]
     assert "stopped sending mid-stream" in r.text and events[-1] == "[DONE]"
     rec = t.logs(1)[0]
@@ -50,16 +57,7 @@ def test_silence_mid_stream_ends_it_with_an_error_event(relay, slow):
 
 def test_a_steady_trickle_is_not_silence(relay, slow):
     """Pieces 0.6 s apart under a 1 s idle timeout: the stream runs whole."""
-    admin = Api.login(relay.url)
-    admin.create_channel(slow, ["gpt-trickle"], name="trickle")
-    admin.set_price("gpt-trickle", input_price=1, output_price=2)
-    t = Tenant(admin, relay.url)
-    r = requests.post(relay.url + "/v1/chat/completions", timeout=60,
-                      headers={"Authorization": f"Bearer {t.key}"},
-                      json={"model": "gpt-trickle", "stream": True, "fake_chunks": 6,
-                            "fake_delay": 0.6, "messages": [{"role": "user", "content": "hi"}]})
-    assert r.status_code == 200
-    events = [ln[6:] for ln in r.text.splitlines() if ln.startswith("data: ")]
+    r, events, t = _chat_stream(relay, slow, "gpt-trickle", 6, 0.6)
     assert sum('"content":"piece ' in e for e in events) == 6 and events[-1] == "[DONE]"
     assert "stopped sending" not in r.text
     assert t.logs(1)[0]["status"] == 200
