@@ -20,6 +20,7 @@ from tornado.web import Application
 from handlers.relay_base import EAGER_BODY, BodyFirst, BodyFirstRouting, RelayHandler
 from relay import process
 from relay.errors import RelayError
+from tests.helpers import recv_all
 
 
 class _Echo(RelayHandler):
@@ -87,12 +88,7 @@ def _exchange(loop, port: int, head: str, body: bytes) -> tuple[int, dict]:
     def talk():
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.sendall(head.encode() + body)
-            buf = b""
-            while True:
-                data = s.recv(65536)
-                if not data:
-                    break
-                buf += data
+            buf = recv_all(s)
         status = int(buf.split(b" ", 2)[1])
         payload = buf.split(b"\r\n\r\n", 1)[1]
         return status, (json.loads(payload) if payload.startswith(b"{") else {})
