@@ -130,26 +130,30 @@ class Billing(Flusher):
                         pass
             charged = max(min([cost] + [b.available for b in limited]), 0)
         # From here to the journal, no await: the spend and its record are one.
-        self._spend(res.user_id, res.token_id, res.token_limited, charged)
         res.charged = charged
         if record is not None:
             record.update(cost=cost, quota=charged, unpaid=cost - charged,
                           token_limited=bool(res.token_limited))
             self.journal_record(record)
+            self._spend(record)
             for hook in self.on_record:
                 hook(record)
         self._publish(res.user_id, res.token_id)
         return charged
 
-    def _spend(self, user_id: int, token_id: int | None, token_limited: bool, amount: int) -> None:
-        """Move `amount` (negative: give back) from the leases to the unapplied spend."""
-        subjects = [self._get(USER, user_id)]
-        if token_id is not None:
-            subjects.append(self._get(TOKEN, token_id))
+    def _spend(self, record: dict) -> None:
+        """Move a journaled record's `quota` (negative: give back) from the
+        leases to the unapplied spend."""
+        amount = int(record["quota"])
+        subjects = [self._get(USER, record["user_id"])]
+        if record.get("token_id") is not None:
+            subjects.append(self._get(TOKEN, record["token_id"]))
         for b in subjects:
-            if b.kind == USER or token_limited:
+            paid = b.kind == USER or bool(record.get("token_limited"))
+            if paid:
                 b.held -= amount
             b.spent += amount
+            b.shown.charge(record["proc"], record["seq"], amount, paid)
 
     async def refund(self, res: Reservation) -> None:
         await self.settle(res, 0)
@@ -157,17 +161,14 @@ class Billing(Flusher):
     # ---- balances for people ------------------------------------------------
     async def balance(self, kind: str, ident: int) -> tuple[int, int]:
         """(remaining, used) as a person should see them, live."""
-        doc = await self.store.db[COLLECTIONS[kind]].find_one({"_id": ident},
-                                                         {"quota": 1, "used_quota": 1, "leases": 1})
+        doc = await self.store.db[COLLECTIONS[kind]].find_one(
+            {"_id": ident}, {"quota": 1, "used_quota": 1, "leases": 1, "applied": 1})
         if doc is None:
             return 0, 0
         b = self._bal.get((kind, ident))
         if b is not None:
             self._absorb(b, doc)
-            return b.store_quota + b.other_leases + b.held, b.store_used + b.spent
-        leases = doc.get("leases") or {}
-        return (int(doc.get("quota", 0)) + sum(int(v) for v in leases.values()),
-                int(doc.get("used_quota", 0)))
+        return self.view_from_doc(kind, doc)
 
     async def credit(self, kind: str, ident: int, amount: int, reason: str = "",
                      ledger_id: str | None = None, allow_negative: bool = False) -> bool:
@@ -223,9 +224,9 @@ class Billing(Flusher):
             doc = await self.store.db.tokens.find_one({"_id": record["token_id"]},
                                                       {"unlimited_quota": 1})
             limited = bool(doc) and not doc.get("unlimited_quota")
-        self._spend(record["user_id"], record.get("token_id"), limited, -amount)
         record.update(cost=-amount, unpaid=0, token_limited=limited)
         self.journal_record(record)
+        self._spend(record)
         for hook in self.on_record:
             hook(record)
         self._publish(record["user_id"], record.get("token_id"))

@@ -125,6 +125,9 @@ class Flusher(Leases):
                 # by sequence, so a batch applied again is not taken off twice.
                 b.spent -= sum(q for s, q in items if s > b.applied_seq)
                 b.applied_seq = max([b.applied_seq] + [s for s, _ in items])
+                run = b.shown.runs.get(proc)
+                if run is not None:
+                    run.applied(max(s for s, _ in items), time.monotonic())
 
     async def _apply_one(self, proc: str, kind: str, ident: int, leased: bool,
                          items: list[tuple[int, int]]) -> int:
@@ -170,10 +173,11 @@ class Flusher(Leases):
     async def _release_idle(self, release_all: bool) -> None:
         now = time.monotonic()
         for b in list(self._bal.values()):
+            b.shown.let_go(now - self.retain_applied)
             idle = b.reserved == 0 and now - b.touched > self.idle_release
             if release_all or idle:
                 if b.held or (b.spent == 0 and b.available == 0):
                     await self._db(self._release(b))
-                if idle and not b.held and not b.spent:
+                if idle and not b.held and not b.spent and not b.shown.holding:
                     self._bal.pop((b.kind, b.id), None)
 

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from relay.errors import RelayError
 from relay.journal import Journal
 from relay.processes import Processes
+from relay.shown import Shown, figures
 
 log = logging.getLogger("relay.billing")
 
@@ -100,9 +101,7 @@ class _Balance:
     spent: int = 0       # spent by records not yet applied in the database
     applied_seq: int = 0  # our last record whose spend left `spent`
     credit: int = 0      # how far below zero the stored quota may go (accounts)
-    store_quota: int = 0  # `quota` as last read from the store
-    other_leases: int = 0
-    store_used: int = 0
+    shown: Shown = field(default_factory=Shown)  # what people see of it (relay/shown.py)
     touched: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     ahead: asyncio.Task | None = None  # the next chunk, being leased in the background
@@ -130,6 +129,9 @@ class Leases(Processes):
         self.journal = journal
         self.stale_after = stale_after
         self.db_timeout = db_timeout
+        # How long a charge applied in the database is still counted for a
+        # document read before that (relay/shown.py): far above any read.
+        self.retain_applied = max(2 * db_timeout, 10.0)
         self.seq = 0
         self.applied_upto = 0
         self.applied_created = 0.0    # created_at of that record (reclaim reads from it)
@@ -238,27 +240,20 @@ class Leases(Processes):
             self._absorb(b, doc)
 
     def _absorb(self, b: _Balance, doc: dict) -> None:
-        b.store_quota = int(doc.get("quota", 0))
-        b.store_used = int(doc.get("used_quota", 0))
-        leases = doc.get("leases") or {}
-        b.other_leases = sum(int(v) for k, v in leases.items() if k != self.pid)
+        b.shown.keep(doc)
 
     def view_from_doc(self, kind: str, doc: dict) -> tuple[int, int]:
         """(remaining, used) from a document the caller already read."""
+        total, used, marks = figures(doc)
         b = self._bal.get((kind, doc["_id"]))
-        leases = doc.get("leases") or {}
-        if b is not None:
-            others = sum(int(v) for k, v in leases.items() if k != self.pid)
-            return int(doc.get("quota", 0)) + others + b.held, int(doc.get("used_quota", 0)) + b.spent
-        return (int(doc.get("quota", 0)) + sum(int(v) for v in leases.values()),
-                int(doc.get("used_quota", 0)))
+        if b is None:
+            return total, used
+        return b.shown.of(total, used, marks) or b.shown.live()
 
     def live_view(self, kind: str, ident: int) -> tuple[int, int] | None:
         """The last known balance without a database read, or None."""
         b = self._bal.get((kind, ident))
-        if b is None:
-            return None
-        return b.store_quota + b.other_leases + b.held, b.store_used + b.spent
+        return None if b is None else b.shown.live()
 
     async def _release(self, b: _Balance) -> None:
         """Give this process's unreserved lease on `b` back to `quota`."""
@@ -267,12 +262,14 @@ class Leases(Processes):
             coll = self.store.db[COLLECTIONS[b.kind]]
             lease, mark = f"leases.{self.pid}", f"applied.{self.pid}"
             doc = None
-            if b.reserved == 0 and b.spent == 0:
+            if b.reserved == 0 and b.spent == 0 and not b.shown.holding:
                 # Nothing of ours is left on this balance: tidy the document.
                 doc = await coll.find_one_and_update(
                     {"_id": b.id, lease: give}, {"$inc": {"quota": give},
                                                  "$unset": {lease: "", mark: ""}},
                     return_document=True)
+                if doc is not None:
+                    b.shown.unmarked(self.pid)
             if doc is None and give:
                 doc = await coll.find_one_and_update(
                     {"_id": b.id}, {"$inc": {"quota": give, lease: -give}}, return_document=True)

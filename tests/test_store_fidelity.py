@@ -222,6 +222,12 @@ def test_top_level_projection(db):
         assert await db.c.find_one({"_id": 1}, {"username": 1}) == {"_id": 1, "username": "u"}
         assert await db.c.find_one({"_id": 1}, {"leases": 1}) == {"_id": 1, "leases": {"p": 1}}
         assert await db.c.find_one({"_id": 1}, {"_id": 1}) == {"_id": 1}
+        # Billing.balance: the figures a balance is shown from (relay/shown.py).
+        await db.c.insert_one({"_id": 2, "quota": 5, "used_quota": 7, "name": "k",
+                               "leases": {"p": 1, "q": 2}, "applied": {"p": 9}})
+        assert await db.c.find_one({"_id": 2}, {"quota": 1, "used_quota": 1, "leases": 1,
+                                                "applied": 1}) == {
+            "_id": 2, "quota": 5, "used_quota": 7, "leases": {"p": 1, "q": 2}, "applied": {"p": 9}}
     case(db, body)
 
 
