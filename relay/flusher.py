@@ -173,7 +173,9 @@ class Flusher(Leases):
     async def _release_idle(self, release_all: bool) -> None:
         now = time.monotonic()
         for b in list(self._bal.values()):
-            b.shown.let_go(now - self.retain_applied)
+            # At shutdown nobody looks any more: let all go, so the documents
+            # are tidied of this process's marks.
+            b.shown.let_go(float("inf") if release_all else now - self.retain_applied)
             idle = b.reserved == 0 and now - b.touched > self.idle_release
             if release_all or idle:
                 if b.held or (b.spent == 0 and b.available == 0):
