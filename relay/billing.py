@@ -152,7 +152,6 @@ class Billing(Flusher):
             paid = b.kind == USER or bool(record.get("token_limited"))
             if paid:
                 b.held -= amount
-            b.spent += amount
             b.shown.charge(record["proc"], record["seq"], amount, paid)
 
     async def refund(self, res: Reservation) -> None:

@@ -120,14 +120,10 @@ class Flusher(Leases):
         for (proc, kind, ident, leased), items in groups.items():
             await self._apply_one(proc, kind, ident, leased, items)
             b = self._bal.get((kind, ident)) if proc in self.own_ids else None
-            if b is not None:
-                # At once, so a balance read meanwhile never counts it twice;
-                # by sequence, so a batch applied again is not taken off twice.
-                b.spent -= sum(q for s, q in items if s > b.applied_seq)
-                b.applied_seq = max([b.applied_seq] + [s for s, _ in items])
-                run = b.shown.runs.get(proc)
-                if run is not None:
-                    run.applied(max(s for s, _ in items), time.monotonic())
+            run = b.shown.runs.get(proc) if b is not None else None
+            if run is not None:
+                # By sequence number, so a batch applied again changes nothing.
+                run.applied(max(s for s, _ in items), time.monotonic())
 
     async def _apply_one(self, proc: str, kind: str, ident: int, leased: bool,
                          items: list[tuple[int, int]]) -> int:
@@ -178,8 +174,8 @@ class Flusher(Leases):
             b.shown.let_go(float("inf") if release_all else now - self.retain_applied)
             idle = b.reserved == 0 and now - b.touched > self.idle_release
             if release_all or idle:
-                if b.held or (b.spent == 0 and b.available == 0):
+                if b.held or (b.shown.unapplied == 0 and b.available == 0):
                     await self._db(self._release(b))
-                if idle and not b.held and not b.spent and not b.shown.holding:
+                if idle and not b.held and not b.shown.holding:
                     self._bal.pop((b.kind, b.id), None)
 

@@ -98,10 +98,10 @@ class _Balance:
     id: int
     held: int = 0        # leased and not spent (may go negative after a fence)
     reserved: int = 0    # part of `held` promised to calls in flight
-    spent: int = 0       # spent by records not yet applied in the database
-    applied_seq: int = 0  # our last record whose spend left `spent`
     credit: int = 0      # how far below zero the stored quota may go (accounts)
-    shown: Shown = field(default_factory=Shown)  # what people see of it (relay/shown.py)
+    # Its charges by sequence number: what is not yet applied in the
+    # database, and what people see of it (relay/shown.py).
+    shown: Shown = field(default_factory=Shown)
     touched: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     ahead: asyncio.Task | None = None  # the next chunk, being leased in the background
@@ -262,7 +262,7 @@ class Leases(Processes):
             coll = self.store.db[COLLECTIONS[b.kind]]
             lease, mark = f"leases.{self.pid}", f"applied.{self.pid}"
             doc = None
-            if b.reserved == 0 and b.spent == 0 and not b.shown.holding:
+            if b.reserved == 0 and not b.shown.holding:
                 # Nothing of ours is left on this balance: tidy the document.
                 doc = await coll.find_one_and_update(
                     {"_id": b.id, lease: give}, {"$inc": {"quota": give},

@@ -27,7 +27,8 @@ class Spend:
     running totals: what a document with mark m does not count is the
     total less the running total at m."""
 
-    __slots__ = ("seqs", "used", "paid", "base_used", "base_paid", "floor", "applied_at")
+    __slots__ = ("seqs", "used", "paid", "base_used", "base_paid", "floor", "done",
+                 "applied_at")
 
     def __init__(self):
         self.seqs: list[int] = []
@@ -35,6 +36,7 @@ class Spend:
         self.paid: list[int] = []   # of those taken from `quota + leases`
         self.base_used = self.base_paid = 0
         self.floor = 0              # charges up to here were let go
+        self.done = 0               # charges up to here are applied in the database
         self.applied_at: deque[tuple[float, int]] = deque()
 
     def add(self, seq: int, amount: int, paid: bool) -> None:
@@ -55,6 +57,7 @@ class Spend:
         return tu - u, tp - p
 
     def applied(self, seq: int, now: float) -> None:
+        self.done = max(self.done, seq)
         self.applied_at.append((now, seq))
 
     def let_go(self, before: float) -> int | None:
@@ -87,6 +90,11 @@ class Shown:
         if run is None:
             run = self.runs[proc] = Spend()
         run.add(seq, amount, paid)
+
+    @property
+    def unapplied(self) -> int:
+        """Charged here and not yet applied in the database."""
+        return sum(run.after(run.done)[0] for run in self.runs.values())
 
     @property
     def holding(self) -> bool:
