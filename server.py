@@ -32,14 +32,14 @@ from models.responses import ResponseStore
 from models.seed import reset_root_password, seed
 from models.store import Store
 from notify.bus import Bus
-from relay import loop as relay_loop, process
-from relay.billing import Billing
+from relay.serving import loop as relay_loop, process
+from relay.money.billing import Billing
 from relay.catalog import Catalog
 from relay.scheduler import Scheduler
 from relay.service import RelayService
 from relay.stored_responses import StoredResponses
-from relay.upstream import Upstream
-from relay.usage import UsageLog
+from relay.upstream.client import Upstream
+from relay.money.usage import UsageLog
 
 log = logging.getLogger("relay")
 
@@ -65,7 +65,7 @@ HANDLER_MODULES = [
     "handlers.console",
 ]
 # Modules with install(app): background workers that hook into start/stop.
-INSTALLERS = ["models.migrations", "notify.service", "relay.mj_tasks", "relay.limits"]
+INSTALLERS = ["models.migrations", "notify.service", "relay.midjourney.wiring", "relay.money.limits"]
 
 
 class RelayApplication(BodyFirstRouting, tornado.web.Application):

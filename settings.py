@@ -84,7 +84,7 @@ class Settings:
     spill_max_mb: int = 256
     # Seconds that running calls may take to finish after SIGTERM.
     shutdown_grace: float = 30.0
-    # Quota units a process leases from an account or key at once (see relay/leases.py).
+    # Quota units a process leases from an account or key at once (see relay/money/leases.py).
     lease_chunk: int = 2_000_000
     # Seconds a process trusts its cached keys, users, groups, prices and channels.
     cache_ttl: float = 300.0

@@ -6,10 +6,10 @@ At 10,000 open streams the relay spends most of its time on chunks (5,000 a
 second in bench/streams.py), and that run moves 10-20% from one run to the
 next on a shared machine: too much to see a change of a few microseconds a
 chunk.  This runs the part that is ours, in one process on the relay's loop
-(uvloop and relay/loop.py): --streams clients, each holding one streamed
+(uvloop and relay/serving/loop.py): --streams clients, each holding one streamed
 chat call open on the relay's HTTP server class, and for each of --chunks
 rounds one OpenAI chunk per stream handed to the same Transfer objects
-libcurl's callbacks fill (relay/curl_client.py), delivered as the client's
+libcurl's callbacks fill (relay/upstream/curl_client.py), delivered as the client's
 loop turn does, read by the OpenAI stream reader, written by the OpenAI
 face, flushed to a real socket.  The clients are a process of their own
 that only reads.
@@ -34,11 +34,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tornado.web import Application  # noqa: E402
 
 from handlers.relay_base import BodyFirstRouting, RelayHandler  # noqa: E402
-from relay import loop as relay_loop, process  # noqa: E402
+from relay.serving import loop as relay_loop, process  # noqa: E402
 from relay.adaptors.base import Call  # noqa: E402
 from relay.adaptors.openai import OpenAIStream  # noqa: E402
 from relay.attempts import _Streaming  # noqa: E402
-from relay.transfer import Transfer  # noqa: E402
+from relay.upstream.transfer import Transfer  # noqa: E402
 from relay.faces.openai import StreamWriter  # noqa: E402
 
 

@@ -47,8 +47,8 @@ def _layer(path: str) -> str:
 
 
 _PARTS = (
-    ("upstream client (curl_httpclient, relay/upstream.py)",
-     ("relay/upstream.py", "tornado/curl_httpclient.py", "tornado/httpclient.py")),
+    ("upstream client (curl_httpclient, relay/upstream/client.py)",
+     ("relay/upstream/client.py", "tornado/curl_httpclient.py", "tornado/httpclient.py")),
     ("database driver (pymongo: usage and balance flush)", ("pymongo/", "bson/")),
     ("inbound HTTP server (tornado web/http1connection/iostream)",
      ("tornado/web.py", "tornado/http1connection.py", "tornado/iostream.py",

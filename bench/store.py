@@ -9,11 +9,11 @@ the way the relay's flusher does, tick after tick:
 
   insert_many(batch of usage records, ordered=False)
   then, per tick, one conditional $inc per touched balance (10 accounts,
-  10 keys), with the per-process applied-sequence marker (relay/leases.py)
+  10 keys), with the per-process applied-sequence marker (relay/money/leases.py)
 
 and reports records/s for every tenth of the run, so a slowdown as the
 collection grows shows, plus the p50/p99 of one tick.  Then it runs the
-fidelity suite (tests/test_store_fidelity.py) against the same server and
+fidelity suite (tests/models/test_store_fidelity.py) against the same server and
 counts failures.  Prints a table and writes bench/results/store.json.
 """
 from __future__ import annotations
@@ -37,8 +37,8 @@ from pymongo import MongoClient  # noqa: E402
 
 from models.embedded import EmbeddedMongo, secantus_command  # noqa: E402
 from models.store import all_of  # noqa: E402
-from relay.pricing import USAGE_FIELDS  # noqa: E402
-from relay.usage import stored  # noqa: E402
+from relay.money.pricing import USAGE_FIELDS  # noqa: E402
+from relay.money.usage import stored  # noqa: E402
 from tests.helpers import free_port, wait_port  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -152,13 +152,13 @@ def run_one(name: str, records: int, batch: int, check_fidelity: bool = True) ->
 
 
 def fidelity(name: str) -> int | None:
-    """Failures of tests/test_store_fidelity.py against a fresh server of this kind."""
+    """Failures of tests/models/test_store_fidelity.py against a fresh server of this kind."""
     where = tempfile.mkdtemp(prefix=f"fid-{name}-")
     url, stop, _ = start(name, where)
     try:
         env = dict(os.environ, RELAY_TEST_MONGO_URL=url, RELAY_FIDELITY_RAW="1")
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
-                            "tests/test_store_fidelity.py"], cwd=ROOT, env=env,
+                            "tests/models/test_store_fidelity.py"], cwd=ROOT, env=env,
                            capture_output=True, text=True)
         last = (r.stdout.strip().splitlines() or [""])[-1]
         print(f"  {name} fidelity (raw driver, no compatibility layer): {last}", flush=True)

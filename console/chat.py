@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from relay.sse import SSEParser
-from relay.upstream import Cancel
+from relay.serving.sse import SSEParser
+from relay.upstream.client import Cancel
 
 MAX_MESSAGES = 200
 MAX_IMAGE_BYTES = 20 * 1024 * 1024

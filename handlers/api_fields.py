@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from handlers.base import ApiError, ApiHandler, ident
 from models.records import LIMIT_FIELDS
-from relay import jsonin
+from relay.serving import jsonin
 
 
 def page_args(handler: ApiHandler) -> tuple[int, int]:
@@ -35,7 +35,7 @@ async def by_id(coll, raw, what: str) -> dict:
 
 
 def limit_fields(body: dict) -> dict:
-    """The rate limits present in body (relay/limits.py): 0 = none."""
+    """The rate limits present in body (relay/money/limits.py): 0 = none."""
     out = {}
     for f in LIMIT_FIELDS:
         if f in body:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from handlers.api_fields import paged
 from handlers.base import ApiHandler
-from relay.pricing import USAGE_FIELDS
-from relay.usage import expand
+from relay.money.pricing import USAGE_FIELDS
+from relay.money.usage import expand
 
 # Every usage component (relay/pricing.USAGE_FIELDS) is shown and exported.
 FIELDS = ("user_id", "username", "token_id", "token_name", "group", "model", "upstream_model",

@@ -9,7 +9,8 @@ from handlers.api_fields import group_list
 from handlers.base import ApiError, ApiHandler
 from models.records import PRICE_COMPONENTS, Price, User, parse_tiers, tiers_doc, to_decimal
 from models.store import DuplicateKeyError, now
-from relay import jsonin, price_catalogue
+from relay.serving import jsonin
+from relay.money import price_catalogue
 
 
 def _dec(value, name: str) -> str:

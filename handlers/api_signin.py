@@ -12,7 +12,7 @@ from handlers.base import ApiError, ApiHandler
 from handlers.login_throttle import LoginThrottle
 from models.passwords import hash_password_async, needs_update, verify_password_async
 from models.records import USER_ENABLED
-from relay import jsonin
+from relay.serving import jsonin
 
 # A browser that signed in to an account before: its sign-in attempts are
 # throttled per device (handlers/login_throttle.py).

@@ -15,8 +15,8 @@ from models.records import (BILLING_MODES, LIMIT_FIELDS, MAX_QUOTA, TOKEN_DISABL
                             TOKEN_EXHAUSTED, TOKEN_EXPIRED, User, parse_networks)
 from models.secrets import mask, new_api_key
 from models.store import now
-from relay import jsonin
-from relay.billing import TOKEN
+from relay.serving import jsonin
+from relay.money.billing import TOKEN
 
 
 def token_view(handler: ApiHandler, doc: dict, reveal: bool = False) -> dict:
@@ -39,7 +39,7 @@ def token_view(handler: ApiHandler, doc: dict, reveal: bool = False) -> dict:
         "model_limits": ",".join(doc.get("model_limits") or []),
         "billing_mode": doc.get("billing_mode", "per_token"),
         "created_time": doc.get("created_time", 0), "accessed_time": doc.get("accessed_time", 0),
-        **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS},  # relay/limits.py
+        **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS},  # relay/money/limits.py
     }
 
 

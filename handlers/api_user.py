@@ -11,8 +11,8 @@ from models.passwords import hash_password_async, password_problem, verify_passw
 from models.records import LIMIT_FIELDS, ROLE_USER, USER_ENABLED
 from models.seed import end_sessions
 from models.store import DuplicateKeyError, now
-from relay import jsonin
-from relay.billing import USER
+from relay.serving import jsonin
+from relay.money.billing import USER
 
 _USERNAME = re.compile(r"^[A-Za-z0-9_.\-@]{2,64}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")

@@ -12,8 +12,8 @@ from handlers.base import ApiError, ApiHandler, ident
 from models.passwords import password_problem
 from models.records import MAX_QUOTA, ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER_ENABLED
 from models.seed import end_sessions, reset_fields, temporary_password
-from relay import jsonin
-from relay.billing import USER
+from relay.serving import jsonin
+from relay.money.billing import USER
 
 
 class UsersHandler(ApiHandler):

@@ -20,8 +20,8 @@ from tornado import httputil
 
 from handlers.sessions import SessionMixin, session_user  # noqa: F401 (shared from here)
 from models.records import ROLE_ADMIN, USER_ENABLED
-from relay import jsonin
-from relay.buglog import log_bug
+from relay.serving import jsonin
+from relay.serving.buglog import log_bug
 from relay.errors import RelayError
 
 log = logging.getLogger("relay.handlers")
@@ -36,7 +36,7 @@ API_MAX_BODY = API_MAX_BODY_MB * 1024 * 1024
 
 
 def log_unexpected(handler, value) -> None:
-    """One uncaught exception (a bug): relay/buglog.py decides how much to log."""
+    """One uncaught exception (a bug): relay/serving/buglog.py decides how much to log."""
     log_bug(log, f"{handler.request.method} {handler.request.path} ({handler.request_id})", value)
 
 
@@ -83,7 +83,7 @@ def answer_headers() -> httputil.HTTPHeaders:
     set made once a second: building them through HTTPHeaders' checks for
     every answer (and formatting Date with email.utils) was 3% of a relayed
     call.  Copied by their own fields, whatever this Tornado keeps
-    (tests/test_process.py compares the result with Tornado's clear())."""
+    (tests/relay/serving/test_process.py compares the result with Tornado's clear())."""
     now = int(time.time())
     if now != _fresh[0]:
         _fresh[1] = httputil.HTTPHeaders({"Server": _SERVER,
@@ -99,7 +99,7 @@ def answer_headers() -> httputil.HTTPHeaders:
 class Base(tornado.web.RequestHandler):
     def clear(self) -> None:
         # Tornado's own clear(), but for how the headers are made
-        # (tests/test_process.py compares the two).
+        # (tests/relay/serving/test_process.py compares the two).
         self._headers = answer_headers()
         self.set_default_headers()
         self._write_buffer: list[bytes] = []

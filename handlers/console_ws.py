@@ -20,8 +20,8 @@ from console.chat import (ChatCall, ChatError, check_allowed, clean_messages, no
                           run_chat, run_image)
 from handlers.api_log import log_view
 from handlers.base import session_user
-from relay import jsonin
-from relay.billing import USER
+from relay.serving import jsonin
+from relay.money.billing import USER
 
 log = logging.getLogger("relay.console")
 

@@ -1,8 +1,8 @@
 """An OpenAPI 3.1 description of /api, served at /api/openapi.json.
 
-Kept true by tests/test_openapi.py: every /api route the application
+Kept true by tests/handlers/test_openapi.py: every /api route the application
 registers is described here with exactly the methods its handler answers,
-and every path described here is routed.  tests/test_fuzz_api.py runs
+and every path described here is routed.  tests/handlers/test_fuzz_api.py runs
 schemathesis over every operation.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ BOOL = {"type": "boolean"}
 NUM = {"type": "number"}
 NAMES = {"oneOf": [{"type": "array", "items": STR}, STR]}
 DECIMAL = {"oneOf": [NUM, STR]}
-# Rate limits on a key or an account (relay/limits.py): 0 or null = none.
+# Rate limits on a key or an account (relay/money/limits.py): 0 or null = none.
 LIMITS = {f: {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 10 ** 12},
                         {"type": "null"}]} for f in LIMIT_FIELDS}
 

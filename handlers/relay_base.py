@@ -16,9 +16,9 @@ from tornado.iostream import IOStream, StreamClosedError
 from tornado.web import _HandlerDelegate
 
 from handlers.base import Base
-from relay import jsonin
+from relay.serving import jsonin
 from relay.errors import RelayError, render
-from relay.upstream import Cancel
+from relay.upstream.client import Cancel
 
 
 def _refuse_after_body(prepare):

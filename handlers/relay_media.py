@@ -19,7 +19,7 @@ from handlers.relay_openai import (BillingSubscriptionHandler, BillingUsageHandl
 from relay.adaptors.base import Call
 from relay.errors import RelayError
 from relay.faces import media
-from relay.upload import MultipartUpload
+from relay.upstream.upload import MultipartUpload
 
 
 class ImagesHandler(_OpenAIRelay):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from handlers.relay_base import RelayHandler
 from handlers.fallback import NotFoundHandler
 from handlers.relay_openai import answer_models
-from relay.count_tokens import count_tokens
+from relay.faces.count_tokens import count_tokens
 from relay.faces import anthropic as aface
 from relay.faces import gemini as gface
 

@@ -3,7 +3,7 @@
 Each deviation is probed once when the store starts, against the server
 actually running (a scratch collection, dropped after), so an upgrade that
 fixes one takes the direct path and an upgrade that breaks one is caught by
-tests/test_store_fidelity.py, which pins every shape the relay uses and
+tests/models/test_store_fidelity.py, which pins every shape the relay uses and
 each deviation below as the exact wrong answer (a strict xfail: a fix
 fails the suite too, so the route around it is revisited).
 

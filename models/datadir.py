@@ -7,7 +7,7 @@ and replay each other's spill.  So a relay holds an exclusive lock on
 kill -9 included, so a crash never leaves a stale lock) and writes into it
 who holds it: pid, port and the billing process id.  The next owner reads
 that to name the holder when it must refuse, and to know which billing
-process died with the previous owner (relay/billing.py start_up).
+process died with the previous owner (relay/money/billing.py start_up).
 """
 from __future__ import annotations
 

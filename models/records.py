@@ -24,7 +24,7 @@ USER_ENABLED, USER_DISABLED = 1, 2
 ROLE_USER, ROLE_ADMIN, ROLE_ROOT = 1, 10, 100
 
 BILLING_MODES = ("per_token", "per_call")
-# Rate limits on a key or an account; 0 or absent = none (relay/limits.py).
+# Rate limits on a key or an account; 0 or absent = none (relay/money/limits.py).
 LIMIT_FIELDS = ("rpm_limit", "tpm_limit", "concurrency_limit")
 
 
@@ -177,7 +177,7 @@ class Group:
 
 
 # Every price component, in USD: per million tokens unless named otherwise.
-# An unset (zero) component falls back to its parent (see relay/pricing.py).
+# An unset (zero) component falls back to its parent (see relay/money/pricing.py).
 PRICE_COMPONENTS = (
     "input_price", "output_price",
     "cache_price",                 # input read from a cache

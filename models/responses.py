@@ -9,7 +9,7 @@ Two kinds of record, one collection (`responses`, _id = the response id):
 
 Every record carries `expires_at` (retention, settings.responses_retention_days)
 and is deleted with its key or its owner.  Query shapes used here (pinned by
-tests/test_responses_store.py against the embedded server): an upsert by
+tests/models/test_responses_store.py against the embedded server): an upsert by
 string _id with $set; find_one and delete_one by string _id plus an integer
 token_id; find by an integer token_id and $in on an unindexed array
 (item_ids); delete_many by an integer user_id or token_id, or by

@@ -24,7 +24,7 @@ import time
 from models.store import ReturnDocument
 from notify.channels.base import DeliveryError
 from notify.http import Refused
-from relay.background import cancel_and_wait
+from relay.serving.background import cancel_and_wait
 
 log = logging.getLogger("relay.notify")
 

@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from relay import pricing
+from relay.money import pricing
 from relay.adaptors.base import Call
 from relay.convert.common import converted
 from relay.errors import RelayError
-from relay.upstream import Cancel
+from relay.upstream.client import Cancel
 
 log = logging.getLogger("relay.service")  # the name operators already filter on
 

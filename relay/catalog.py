@@ -21,8 +21,8 @@ from cachetools import LRUCache, TTLCache
 
 from models.records import Channel, Group, Price, Token, User
 from models.store import sort_by_id
-from relay import price_catalogue
-from relay.background import cancel_and_wait
+from relay.money import price_catalogue
+from relay.serving.background import cancel_and_wait
 
 log = logging.getLogger("relay.catalog")
 
@@ -114,7 +114,7 @@ class Catalog:
     def price(self, model: str, group: str, channel: Channel | None = None) -> Price | None:
         """An administrator's price for the model in the group, else for the
         model, else (given the channel that serves it) the vendor's price
-        from the catalogue (relay/price_catalogue.py); None if none."""
+        from the catalogue (relay/money/price_catalogue.py); None if none."""
         p = self.prices.get((model, group)) or self.prices.get((model, ""))
         if p is None and channel is not None:
             p = price_catalogue.lookup(channel.type, channel.upstream_model(model))

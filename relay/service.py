@@ -3,7 +3,7 @@
 1. authenticate the key (from cache)          -> authenticate()
 2. check group, IP allow-list, model lock     -> authenticate(), check_model()
 3. pick channels for (group, model)           -> scheduler.candidates(), priced()
-   rate and concurrency limits                -> limits.admit() (relay/limits.py)
+   rate and concurrency limits                -> limits.admit() (relay/money/limits.py)
 4. reserve the cost                           -> billing.reserve()
 5. convert the request for the vendor         -> adaptor.prepare()
 6. relay the upstream reply                   -> relay/attempts.py
@@ -21,13 +21,14 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from models.records import TOKEN_DISABLED, TOKEN_EXHAUSTED, TOKEN_EXPIRED, USER_ENABLED, Token, User
-from relay import pricing, registry, tokenizer
+from relay import registry
+from relay.money import pricing, tokenizer
 from relay.adaptors.base import Call, retryable, serves
 from relay.attempts import Outcome, Sink, attempt_plain, attempt_stream
-from relay.billing import QuotaExhausted
-from relay.buglog import log_bug
+from relay.money.billing import QuotaExhausted
+from relay.serving.buglog import log_bug
 from relay.errors import RelayError, forbidden, unauthorized
-from relay.upstream import Cancel
+from relay.upstream.client import Cancel
 
 log = logging.getLogger("relay.service")
 

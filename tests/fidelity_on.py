@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
         wait_port(port, server, what="secantusd-py")
         env = dict(os.environ, RELAY_TEST_MONGO_URL=f"mongodb://127.0.0.1:{port}/?directConnection=true")
         return subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
-                                "tests/test_store_fidelity.py", *argv[1:]], cwd=ROOT, env=env)
+                                "tests/models/test_store_fidelity.py", *argv[1:]], cwd=ROOT, env=env)
     finally:
         server.terminate()
         try:

@@ -2,7 +2,7 @@
 template?  One thread sends the previews, another pings /api/ping the whole
 time; both record when each request went out and came back.
 
-Used by tests/test_template_budget.py (which asserts ordering, never a
+Used by tests/notify/test_template_budget.py (which asserts ordering, never a
 time) and by bench/template_stall.py (which reports the delays)."""
 from __future__ import annotations
 

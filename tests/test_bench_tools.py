@@ -39,7 +39,7 @@ def test_fake_without_recording_answers_the_same_and_keeps_nothing():
 
 
 RAW = """\
-<module> (server.py:10);main (server.py:20);_run_once (asyncio/base_events.py:1);_OpenAIRelay.post (relay_openai.py:22);RelayService.relay (relay/service.py:5);Upstream.send (relay/upstream.py:9);AsyncHTTPClient.fetch (tornado/httpclient.py:3) 6
+<module> (server.py:10);main (server.py:20);_run_once (asyncio/base_events.py:1);_OpenAIRelay.post (relay_openai.py:22);RelayService.relay (relay/service.py:5);Upstream.send (relay/upstream/client.py:9);AsyncHTTPClient.fetch (tornado/httpclient.py:3) 6
 <module> (server.py:10);main (server.py:20);_run_once (asyncio/base_events.py:1);_OpenAIRelay.post (relay_openai.py:22);RelayService.relay (relay/service.py:5);dumps (json/__init__.py:2) 3
 <module> (server.py:10);main (server.py:20);_run_once (asyncio/base_events.py:1);HTTP1Connection._read_message (tornado/http1connection.py:7);_RoutingDelegate.headers_received (tornado/routing.py:4);RelayApplication.find_handler (server.py:60) 1
 <module> (server.py:10);main (server.py:20);_run_once (asyncio/base_events.py:1);EpollSelector.select (selectors.py:3) 5
@@ -56,10 +56,10 @@ def test_hotspots_shares_parts_and_other_threads():
     ours = {r["function"]: r["samples"] for r in s["inclusive_ours"]}
     # handlers/ files appear bare in py-spy's output and get their folder back
     assert ours["_OpenAIRelay.post (handlers/relay_openai.py)"] == 9
-    assert ours["Upstream.send (relay/upstream.py)"] == 6
+    assert ours["Upstream.send (relay/upstream/client.py)"] == 6
     parts = {r["function"]: r["samples"] for r in s["parts"]}
     assert parts == {
-        "upstream client (curl_httpclient, relay/upstream.py)": 6,
+        "upstream client (curl_httpclient, relay/upstream/client.py)": 6,
         "relay code (handlers/, relay/, models/, notify/)": 3,
         "inbound HTTP server (tornado web/http1connection/iostream)": 1,
         "event loop and the rest (asyncio, tornado ioloop/gen)": 5,

@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from relay import tokenizer
+from relay.money import tokenizer
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
                                  cap_output_tokens, join_url)
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import EventsToChunks
 from relay.convert.common import RawEvents, renamed, unreadable_is_value_error
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 DEFAULT_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096

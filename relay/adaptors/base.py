@@ -26,7 +26,7 @@ from typing import Any
 
 from relay.convert.responses_tools import DROPPABLE
 from relay.errors import RelayError, bad_request
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 
 @dataclass

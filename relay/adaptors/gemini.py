@@ -19,7 +19,7 @@ from relay.convert import gemini_embed as embed
 from relay.convert.common import RawEvents, unreadable_is_value_error
 from relay.convert.gemini_stream import StreamToChunks
 from relay.errors import RelayError
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 
 class GeminiStream(StreamReader):

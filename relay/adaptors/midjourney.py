@@ -3,7 +3,7 @@
 Same contract as every adaptor: a submit is one call (request -> parse),
 billed at the per-call price of its action when the upstream accepts it.
 What follows a submit - polling the task until it ends, the refund when it
-fails - lives in relay/mj_tasks.py, which uses `poll_request`/`read_tasks`
+fails - lives in relay/midjourney/tasks.py, which uses `poll_request`/`read_tasks`
 here so that the wire format stays in this one module.
 
 Wire format (novicezk/midjourney-proxy and its "plus" variant): POST
@@ -19,7 +19,7 @@ import json
 
 from relay.adaptors.base import Adaptor, Call, UpstreamRequest, join_url
 from relay.errors import RelayError
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 OK, EXISTED, IN_QUEUE, QUEUE_FULL, BANNED = 1, 21, 22, 23, 24
 ACCEPTED = (OK, IN_QUEUE)
@@ -74,7 +74,7 @@ class MidjourneyAdaptor(Adaptor):
             return doc, Usage(units=1)
         raise MjRefused(_status_for(code), doc)
 
-    # ---- polling (relay/mj_tasks.py) -------------------------------------------
+    # ---- polling (relay/midjourney/tasks.py) -------------------------------------------
     def poll_request(self, channel, upstream_ids: list[str]) -> UpstreamRequest:
         return UpstreamRequest("POST", self.url(channel, "/task/list-by-condition"),
                                self.headers(channel), json.dumps({"ids": upstream_ids}).encode())

@@ -20,7 +20,7 @@ import json
 import math
 import re
 
-from relay import jsonin, sse
+from relay.serving import jsonin, sse
 from relay.adaptors import openai_answers
 from relay.adaptors import openai_responses as wire
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
@@ -28,7 +28,7 @@ from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamReq
 from relay.convert import responses_upstream as rconv
 from relay.convert.openai_usage import usage_from
 from relay.errors import RelayError
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 _PATHS = {"chat": "/chat/completions", "embeddings": "/embeddings",
           "images": "/images/generations", "transcriptions": "/audio/transcriptions",
@@ -51,7 +51,7 @@ def transcript_usage(call: Call, body: bytes) -> tuple[dict, Usage | None]:
 
     Token usage wins where the upstream reports it; otherwise the audio's
     length in seconds: the upstream's own `duration` (verbose_json), else
-    what relay/upload.py read from the file.  None when neither is known:
+    what relay/upstream/upload.py read from the file.  None when neither is known:
     the call is then billed once, per call.
     """
     try:
@@ -94,7 +94,7 @@ class BinaryStream(StreamReader):
 _DELTA_TEXT = re.compile(r'"(?:content|reasoning_content|name|arguments|text)"\s*:\s*"'
                          r'([^"\\]*(?:\\.[^"\\]*)*)"')
 _DELTA_TEXT_B = re.compile(_DELTA_TEXT.pattern.encode())
-# An event ends at a blank line (relay/sse.py's three line endings).
+# An event ends at a blank line (relay/serving/sse.py's three line endings).
 _EVENT_END = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
 
@@ -299,7 +299,7 @@ class OpenAIAdaptor(Adaptor):
     def request(self, call: Call, channel) -> UpstreamRequest:
         headers = self.headers(channel)
         if "upload" in call.extra:
-            # The multipart upload streams through (relay/upload.py), with
+            # The multipart upload streams through (relay/upstream/upload.py), with
             # its model field rewritten to this channel's model name.
             upload = call.extra["upload"]
             headers["Content-Type"] = upload.content_type

@@ -5,9 +5,9 @@ billed on a known basis even when the upstream reported nothing.
 """
 from __future__ import annotations
 
-from relay import tokenizer
+from relay.money import tokenizer
 from relay.adaptors.base import Call
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 
 def _int(value) -> int:

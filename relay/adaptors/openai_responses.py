@@ -18,10 +18,10 @@ import json
 from relay.adaptors.base import Call, Chunk, StreamReader
 from relay.convert import responses as conv
 from relay.convert import responses_upstream as upstream
-from relay import sse
+from relay.serving import sse
 from relay.convert.common import RawEvents, unreadable_is_value_error
 from relay.convert.responses_stream import LIFECYCLE, EventsToChunks
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 WIRES = ("both", "responses", "chat")
 # Client headers that belong to the Responses wire and mean the same upstream.

@@ -16,7 +16,7 @@ from typing import Any
 from relay.convert.anthropic_request import request_to_openai, tool_call, validate  # noqa: F401
 from relay.convert.common import (canonical_effort, new_id, openai_usage, parse_args,
                                   split_data_url, text_of)
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 STOP_TO_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
                   "tool_use": "tool_calls", "refusal": "content_filter", "pause_turn": "stop",

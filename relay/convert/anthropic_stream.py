@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from relay.convert.anthropic import FINISH_TO_STOP, STOP_TO_FINISH, usage_from, usage_to_from_openai
 from relay.convert.common import chunk, error_chunk, new_id, usage_chunk
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 
 # OpenAI-style error types -> Anthropic's (Anthropic's own pass as they are).

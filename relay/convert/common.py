@@ -7,7 +7,7 @@ import secrets
 import time
 from typing import Any, Callable
 
-from relay import sse
+from relay.serving import sse
 from relay.errors import bad_request
 
 

@@ -15,7 +15,7 @@ from relay.convert.gemini_config import (effort_from_thinking, schema_from_opena
                                          schema_to_openai, thinking_config,
                                          uses_thought_signatures)
 from relay.errors import bad_request
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 FINISH_FROM_GEMINI = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter",
                       "RECITATION": "content_filter", "BLOCKLIST": "content_filter",

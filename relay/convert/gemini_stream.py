@@ -10,7 +10,7 @@ import json
 
 from relay.convert.common import chunk, error_chunk, new_id, parse_args, usage_chunk
 from relay.convert.gemini import FINISH_TO_GEMINI, finish_from, usage_from, usage_meta
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 
 class StreamToChunks:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 
 def _n(v) -> int:

@@ -24,7 +24,7 @@ from relay.convert.common import new_id, text_of
 from relay.convert.responses_tools import (ToolNames, call_item, call_to_chat, tool_choice_to_chat,
                                            tools_to_chat, validate_tool)
 from relay.errors import bad_request
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 # Input item types the Responses API documents (openai-python's
 # ResponseInputItemParam); anything else is the caller's 400.

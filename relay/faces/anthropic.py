@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from urllib.parse import parse_qsl, urlencode
 
-from relay import sse, tokenizer
+from relay.serving import sse
+from relay.money import tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import ChunksToEvents

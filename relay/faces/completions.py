@@ -13,7 +13,7 @@ What is reserved and billed:
 """
 from __future__ import annotations
 
-from relay import tokenizer
+from relay.money import tokenizer
 from relay.adaptors.base import Call
 from relay.errors import bad_request
 from relay.faces.openai import StreamWriter, load_json, render, require_model  # noqa: F401

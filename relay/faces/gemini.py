@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from relay import tokenizer
+from relay.money import tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import gemini as conv
 from relay.convert import gemini_embed as embed

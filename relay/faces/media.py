@@ -11,10 +11,10 @@ price by):
     images          n, the number of images asked for (generations and edits)
     speech          characters of `input`
     transcriptions  seconds of audio, rounded up: the upstream's duration, else read
-    translations    from the file (relay/audio_length.py: WAV, MP3, FLAC), else 1
+    translations    from the file (relay/money/audio_length.py: WAV, MP3, FLAC), else 1
                     (per call); token usage, when reported, is billed per token
 Image edits, transcriptions and translations are multipart uploads that
-stream through (relay/upload.py); their fields are checked here twice: the
+stream through (relay/upstream/upload.py); their fields are checked here twice: the
 ones known when the call starts, and all of them before the upload ends.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ a `StreamWriter` and `render`.
 """
 from __future__ import annotations
 
-from relay import jsonin, sse
+from relay.serving import jsonin, sse
 from relay.adaptors.base import Call, Chunk
 from relay.errors import bad_request
 
@@ -16,7 +16,7 @@ FAMILY = "openai"
 
 def load_json(raw: bytes) -> dict:
     """The request body as a JSON object, through the one parser every route
-    family shares (relay/jsonin.py); RelayError(400) naming the field."""
+    family shares (relay/serving/jsonin.py); RelayError(400) naming the field."""
     try:
         return jsonin.parse_object(raw or b"")
     except jsonin.BadInput as exc:

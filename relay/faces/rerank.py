@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from relay import tokenizer
+from relay.money import tokenizer
 from relay.adaptors.base import Call
 from relay.errors import bad_request
 from relay.faces.openai import load_json, render, require_model  # noqa: F401

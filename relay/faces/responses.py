@@ -14,7 +14,8 @@ relay/stored_responses.py: "response" and "upstream_response_id".
 """
 from __future__ import annotations
 
-from relay import sse, tokenizer
+from relay.serving import sse
+from relay.money import tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.adaptors.openai_responses import FORWARD_HEADERS, rename_model
 from relay.convert import responses as conv

@@ -30,7 +30,7 @@ from relay import registry
 from relay.adaptors.base import Call
 from relay.adaptors.midjourney import EXISTED, IN_QUEUE, MjRefused
 from relay.errors import RelayError, bad_request
-from relay.mj_tasks import view
+from relay.midjourney.tasks import view
 
 SUBMIT_ACTIONS = ("imagine", "change", "simple-change", "describe", "blend", "action", "modal",
                   "shorten")

@@ -22,8 +22,8 @@ import secrets
 import time
 
 from relay import registry
-from relay.background import cancel_and_wait
-from relay.pricing import Usage
+from relay.serving.background import cancel_and_wait
+from relay.money.pricing import Usage
 
 log = logging.getLogger("relay.mj")
 
@@ -234,23 +234,3 @@ def _safe_read(adaptor, body: bytes) -> list[dict]:
         return adaptor.read_tasks(body)
     except ValueError:
         return []
-
-
-def install(app) -> None:
-    """Wire the task store, the Midjourney service and the poller into the app."""
-    from relay.mj_service import MidjourneyService
-    s = app.settings
-    s["mj_tasks"] = TaskStore(s["store"])
-    poller = s["mj_poller"] = Poller(app)
-    s["mj"] = MidjourneyService(s["mj_tasks"], s["service"], s["catalog"], s["upstream"], poller)
-
-    async def on_start(_app) -> None:
-        s["mj_tasks"].db = s["store"].db
-        await s["mj_tasks"].ensure_indexes()
-        poller.start()
-
-    async def on_stop(_app) -> None:
-        await poller.stop()
-
-    s["on_start"].append(on_start)
-    s["on_stop"].append(on_stop)

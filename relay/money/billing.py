@@ -1,6 +1,6 @@
 """The one object through which all money moves: reserve, settle, refund, credit.
 
-Balances are held as leases, and a charge is a usage record (relay/leases.py
+Balances are held as leases, and a charge is a usage record (relay/money/leases.py
 explains both and how they persist); this module is the money API on top.
 
 Idempotency.  reserve/settle/refund are keyed by request id: a second settle
@@ -20,14 +20,14 @@ import time
 from dataclasses import dataclass
 
 from models.store import DuplicateKeyError, PyMongoError, insert_records
-from relay.background import cancel_and_wait
+from relay.serving.background import cancel_and_wait
 from relay.errors import RelayError
-from relay.flusher import Flusher
-from relay.journal import Journal
-from relay.leases import COLLECTIONS, TOKEN, USER, BillingUnavailable, QuotaExhausted
-from relay.usage import stored
+from relay.money.flusher import Flusher
+from relay.money.journal import Journal
+from relay.money.leases import COLLECTIONS, TOKEN, USER, BillingUnavailable, QuotaExhausted
+from relay.money.usage import stored
 
-log = logging.getLogger("relay.billing")
+log = logging.getLogger("relay.money.billing")
 
 __all__ = ["Billing", "Reservation", "QuotaExhausted", "BillingUnavailable", "USER", "TOKEN"]
 
@@ -101,7 +101,7 @@ class Billing(Flusher):
         A cost above the reservation is taken from the balance if it can be;
         the charge is capped at what is there.  `record` is the call's usage
         record: it is given `cost`, `quota` (charged) and `unpaid`, and
-        becomes the charge itself (see relay/leases.py); without one (a
+        becomes the charge itself (see relay/money/leases.py); without one (a
         refund) nothing is charged.
         """
         if res.done:

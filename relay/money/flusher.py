@@ -1,7 +1,7 @@
 """The billing flusher: each tick stores a bounded batch of usage records,
 applies it to the balances idempotently and returns idle leases; beside it
 a guard moves late records to the spill file and a heartbeat keeps this
-process alive.  relay/leases.py explains the design."""
+process alive.  relay/money/leases.py explains the design."""
 from __future__ import annotations
 
 import asyncio
@@ -9,10 +9,10 @@ import logging
 import time
 
 from models.store import PyMongoError, insert_records
-from relay.leases import COLLECTIONS, TOKEN, USER, Leases
-from relay.usage import stored
+from relay.money.leases import COLLECTIONS, TOKEN, USER, Leases
+from relay.money.usage import stored
 
-log = logging.getLogger("relay.billing")
+log = logging.getLogger("relay.money.billing")
 
 
 def subjects_of(record: dict) -> list[tuple[str, int, bool]]:

@@ -1,6 +1,6 @@
 """The money journal: usage records on their way to the database.
 
-A usage record is the fact that a call was charged (relay/leases.py explains
+A usage record is the fact that a call was charged (relay/money/leases.py explains
 why records are the source of truth).  The journal holds the records that
 are not in the database yet, in the order they were made:
 
@@ -26,7 +26,7 @@ import os
 import time
 from collections import deque
 
-log = logging.getLogger("relay.billing")
+log = logging.getLogger("relay.money.billing")
 
 SPILL_NAME = "spill.jsonl"
 
@@ -162,7 +162,7 @@ class Journal:
         answer cannot hold records in memory longer than that.  The batch a
         stuck tick holds goes first (it is older); if that tick succeeds
         after all, the copy in the file is applied again, which changes
-        nothing (see relay/leases.py).
+        nothing (see relay/money/leases.py).
         """
         cutoff = time.monotonic() - max_age
         if self.inflight and not self.inflight_spilled and self.inflight[0][0] < cutoff:

@@ -15,8 +15,8 @@ One writer for money: the usage record is the source of truth.  A charge
 exists only as a usage record; the balances are made from records,
 idempotently.  Settling a call does, without an await in between: take the
 cost from the in-memory lease and put the record (with its process id P and
-a dense sequence number n) in the journal (relay/journal.py).  Each flush
-tick (every quarter of `usage_flush_interval`; relay/flusher.py) then, in
+a dense sequence number n) in the journal (relay/money/journal.py).  Each flush
+tick (every quarter of `usage_flush_interval`; relay/money/flusher.py) then, in
 this order and whatever the load:
 
   1. inserts one bounded batch of the oldest records (insert_many; a record
@@ -68,11 +68,11 @@ import time
 from dataclasses import dataclass, field
 
 from relay.errors import RelayError
-from relay.journal import Journal
-from relay.processes import Processes
-from relay.shown import Shown, figures
+from relay.money.journal import Journal
+from relay.money.processes import Processes
+from relay.money.shown import Shown, figures
 
-log = logging.getLogger("relay.billing")
+log = logging.getLogger("relay.money.billing")
 
 USER, TOKEN = "user", "token"
 COLLECTIONS = {USER: "users", TOKEN: "tokens"}
@@ -100,7 +100,7 @@ class _Balance:
     reserved: int = 0    # part of `held` promised to calls in flight
     credit: int = 0      # how far below zero the stored quota may go (accounts)
     # Its charges by sequence number: what is not yet applied in the
-    # database, and what people see of it (relay/shown.py).
+    # database, and what people see of it (relay/money/shown.py).
     shown: Shown = field(default_factory=Shown)
     touched: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -113,7 +113,7 @@ class _Balance:
 
 class Leases(Processes):
     """Balances this process holds: leased from the store, spent in memory
-    (the flusher that makes charges durable: relay/flusher.py)."""
+    (the flusher that makes charges durable: relay/money/flusher.py)."""
 
     collections = COLLECTIONS
 
@@ -130,7 +130,7 @@ class Leases(Processes):
         self.stale_after = stale_after
         self.db_timeout = db_timeout
         # How long a charge applied in the database is still counted for a
-        # document read before that (relay/shown.py): far above any read.
+        # document read before that (relay/money/shown.py): far above any read.
         self.retain_applied = max(2 * db_timeout, 10.0)
         self.seq = 0
         self.applied_upto = 0

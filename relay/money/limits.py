@@ -10,7 +10,7 @@ Three limits, each settable on a key (its token document) and on an account
 A minute is a fixed window of the clock (UTC minute), so "k a minute" means
 at most k in each calendar minute, and Retry-After names its end.
 
-Exact across processes, off the hot path.  Like quota (relay/leases.py),
+Exact across processes, off the hot path.  Like quota (relay/money/leases.py),
 permits live in the database, one document per limit and window,
 `{_id, left, limit, held.<process>}`, and a process leases them with one
 atomic conditional update
@@ -33,7 +33,7 @@ them get 429 at once until the window ends (or, for concurrency, a tick).
 
 Crashes: a dead process's rate permits die with their minute; its
 concurrency slots go back to the pool when billing reclaims the process
-(relay/processes.py: one registry, one heartbeat and one staleness rule for
+(relay/money/processes.py: one registry, one heartbeat and one staleness rule for
 quota leases and limit permits alike, so the slots come back with the
 quota, within `lease_stale_after`, or at once when the next relay on the
 same data directory starts).
@@ -44,8 +44,8 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from relay.background import cancel_and_wait
-from relay.permits import CONC, TPM, Bucket, Permits
+from relay.serving.background import cancel_and_wait
+from relay.money.permits import CONC, TPM, Bucket, Permits
 
 
 @dataclass
@@ -58,12 +58,12 @@ class Ticket:
 
 class Limiter(Permits):
     """Admits calls from the permits this process holds (the pool documents
-    behind them: relay/permits.py)."""
+    behind them: relay/money/permits.py)."""
 
     def __init__(self, store, process_id: str, flush_interval: float = 0.25,
                  wait: float | None = None):
         self.store = store
-        self.pid = process_id   # billing's process id (relay/processes.py), followed on a fence
+        self.pid = process_id   # billing's process id (relay/money/processes.py), followed on a fence
         self.flush_interval = flush_interval
         self.wait = wait if wait is not None else max(0.5, 3 * flush_interval)
         self._buckets: dict[tuple, Bucket] = {}
@@ -106,7 +106,7 @@ class Limiter(Permits):
 
     def done(self, ticket: Ticket | None, usage=None) -> None:
         """A call ended: free its concurrency slots and count its tokens
-        (usage: relay.pricing.Usage or None) in the current minute."""
+        (usage: relay.money.pricing.Usage or None) in the current minute."""
         if ticket is None:
             return
         tokens = (usage.prompt_tokens + usage.completion_tokens) if usage is not None else 0
@@ -151,7 +151,7 @@ def install(app) -> None:
     billing = s["billing"]
     limiter = s["limits"] = Limiter(s["store"], billing.pid, s["config"].usage_flush_interval)
     s["service"].limits = limiter
-    # One process registry for quota and limits (relay/processes.py).
+    # One process registry for quota and limits (relay/money/processes.py).
     billing.on_reclaim.append(limiter.reclaim)
     billing.on_fence.append(limiter.fenced)
 

@@ -1,7 +1,7 @@
-"""The permits of relay/limits.py in the database: a pool document per limit
+"""The permits of relay/money/limits.py in the database: a pool document per limit
 and window, how this process leases from it (waiting, when others hold the
 rest), gives back what others want, and returns a dead process's slots.
-relay/limits.py explains the design."""
+relay/money/limits.py explains the design."""
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from models.store import DuplicateKeyError
 from relay.errors import RelayError
 
-log = logging.getLogger("relay.limits")
+log = logging.getLogger("relay.money.limits")
 
 RPM, TPM, CONC = 0, 1, 2
 _WHAT = ("requests per minute", "tokens per minute", "concurrent requests")
@@ -266,7 +266,7 @@ class Permits:
 
     async def reclaim(self, pid: str) -> int:
         """Give back the concurrency slots of dead process `pid` (billing's
-        reclaim pass calls this, relay/processes.py); its rate permits die
+        reclaim pass calls this, relay/money/processes.py); its rate permits die
         with their minute.  Returns the slots given back."""
         key = f"held.{pid}"
         returned = 0

@@ -5,10 +5,10 @@ its usage records are applied (`applied_upto`), and when the last flush
 completed (`flushed_at`).  A process whose heartbeat stopped is reclaimed by
 any other: the records it wrote are applied, its leases go back to `quota`,
 whatever else it held comes back through `on_reclaim` (the concurrency
-slots of relay/limits.py), and its document becomes a tombstone
+slots of relay/money/limits.py), and its document becomes a tombstone
 (`dead: true`) kept TOMBSTONE_DAYS for a late spill replay.  This is the
 one notion of a live process: one heartbeat, one staleness rule.
-relay/leases.py explains the whole design.
+relay/money/leases.py explains the whole design.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 
-log = logging.getLogger("relay.billing")
+log = logging.getLogger("relay.money.billing")
 
 # A tombstone (and the applied.<P> markers it vouches for) is kept this long
 # for a late spill replay of a dead process.
@@ -25,7 +25,7 @@ TOMBSTONE_DAYS = 7
 
 class Processes:
     """Mixin of Leases: this process's document, and reclaiming dead ones
-    (whose records it applies with Flusher._apply, relay/flusher.py)."""
+    (whose records it applies with Flusher._apply, relay/money/flusher.py)."""
 
     async def register(self) -> None:
         await self.store.db.processes.update_one(

@@ -1,8 +1,8 @@
 """The usage log around the money journal: live events, key access times,
 retention.
 
-A usage record is written by billing (relay/billing.py settle and reverse),
-because a record is the charge itself: relay/leases.py explains how records
+A usage record is written by billing (relay/money/billing.py settle and reverse),
+because a record is the charge itself: relay/money/leases.py explains how records
 become durable and balances follow from them.  This module shows each
 record live on the bus, writes keys' last-access times and prunes old
 records, all from the billing flusher's tick, off the hot path.
@@ -13,15 +13,15 @@ import logging
 import time
 from typing import Any
 
-from relay.pricing import USAGE_FIELDS
+from relay.money.pricing import USAGE_FIELDS
 
-log = logging.getLogger("relay.usage")
+log = logging.getLogger("relay.money.usage")
 
 # A record stores a field only when it differs from these: most calls have
 # no cache, audio, image or reasoning tokens, no shortfall and no error, and
 # the embedded server's CPU per record grows with the record's size (14 of
 # a plain call's 39 fields; about 12% of its insert cost, bench/store.py).  Totals
-# `$sum` a missing field as 0 (tests/test_store_fidelity.py), and every
+# `$sum` a missing field as 0 (tests/models/test_store_fidelity.py), and every
 # reader of a stored record goes through expand().
 DEFAULTS: dict[str, Any] = {**{f: 0 for f in USAGE_FIELDS
                                if f not in ("prompt_tokens", "completion_tokens")},

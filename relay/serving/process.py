@@ -149,7 +149,7 @@ def tune_gc() -> None:
     """Keep the cyclic collector from pausing the loop in proportion to the
     open streams.
 
-    A finished call is freed by reference counting (relay/upstream.py
+    A finished call is freed by reference counting (relay/upstream/client.py
     breaks its one cycle), so the collector's full passes find almost
     nothing, yet each walks every live object: with 10,000 open streams
     that is a million objects and a pause of a good part of a second,

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from relay import jsonin
+from relay.serving import jsonin
 
 
 @dataclass

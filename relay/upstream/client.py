@@ -1,6 +1,6 @@
 """The only code that makes outbound HTTP calls to upstream channels.
 
-It uses Tornado's curl-based AsyncHTTPClient (relay/curl_client.py):
+It uses Tornado's curl-based AsyncHTTPClient (relay/upstream/curl_client.py):
 libcurl keeps connections to each upstream alive and reuses them, and
 multiplexes streams over HTTP/2 where the upstream offers it.  Responses
 below 400 can be streamed chunk by chunk to a callback as they arrive;
@@ -35,12 +35,12 @@ import pycurl
 from tornado.httputil import HTTPHeaders
 from tornado.ioloop import IOLoop, PeriodicCallback
 
-from relay.curl_client import CurlClient
+from relay.upstream.curl_client import CurlClient
 from relay.errors import RelayError
-from relay.gate import Gate, busy
-from relay.transfer import Transfer
+from relay.upstream.gate import Gate, busy
+from relay.upstream.transfer import Transfer
 
-log = logging.getLogger("relay.upstream")
+log = logging.getLogger("relay.upstream.client")
 
 # libcurl error codes we tell apart
 _COULDNT_RESOLVE, _COULDNT_CONNECT, _TIMEOUT, _ABORTED = 6, 7, 28, 42
@@ -331,7 +331,7 @@ class Upstream:
 
         libcurl's read callback hands it what the producer has, pauses the
         upload when the producer has nothing yet, and is woken by the
-        producer when more arrives.  The producer (relay/upload.py) has:
+        producer when more arrives.  The producer (relay/upstream/upload.py) has:
         `length` (int, or None for chunked), `start(wake)` (called once per
         attempt; a retry starts again from the first byte), `read(n)` (bytes,
         b"" at the end, None when nothing is there yet) and `aborted`.

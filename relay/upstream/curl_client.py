@@ -8,7 +8,7 @@ changes, and why:
   `idle_handles` sit unused.  Tornado makes `max_clients` handles up front
   and queues every call past them in one line, so a thousand slow streams
   held up every plain call behind them.  Limits per kind of work live in
-  relay/gate.py instead.
+  relay/upstream/gate.py instead.
 - `start(Transfer)` sets only the options a relay call needs (Tornado sets
   some forty per call) and builds no HTTPRequest or HTTPResponse.
 - Body bytes are collected inside libcurl's callback and handed on once
@@ -40,7 +40,7 @@ changes, and why:
   kernel's ENOENT says so).  A resting socket that fires (the upstream
   closed it) is let go at once.  One turn of the loop takes at most
   `_BATCH` ready sockets, then the loop's other work runs; with a
-  `turn_budget` (relay/upstream.py's client for streams), at most that
+  `turn_budget` (relay/upstream/client.py's client for streams), at most that
   much time once `budget_from` transfers are open, so that thousands of
   streams' chunks leave each loop turn short for the plain calls and new
   requests waiting behind them.
@@ -62,10 +62,10 @@ import pycurl
 from tornado.curl_httpclient import CurlAsyncHTTPClient
 from tornado.ioloop import IOLoop
 
-from relay.loop import epoll_set
-from relay.transfer import Transfer
+from relay.serving.loop import epoll_set
+from relay.upstream.transfer import Transfer
 
-log = logging.getLogger("relay.upstream")
+log = logging.getLogger("relay.upstream.client")
 
 _PROTOCOLS = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
 # Tornado's user agent, kept so upstreams see what they always saw.
@@ -235,7 +235,7 @@ class CurlClient(CurlAsyncHTTPClient):
             setopt(pycurl.PIPEWAIT, 1)
             if self.ca_file:
                 setopt(pycurl.CAINFO, self.ca_file)
-        # No LOW_SPEED_*: relay/upstream.py watches for silence itself.
+        # No LOW_SPEED_*: relay/upstream/client.py watches for silence itself.
         method = t.method
         if t.producer is None:
             # libcurl keeps an upload buffer per transfer, 64 KB by default,

@@ -1,7 +1,7 @@
 """Limits on concurrent upstream calls, one per kind of work.
 
 Streams, plain calls and uploads each pass their own Gate
-(relay/upstream.py), so thousands of open streams never make a plain call
+(relay/upstream/client.py), so thousands of open streams never make a plain call
 queue behind them; a call that cannot get in within a bounded wait is
 answered 503 with Retry-After.
 """

@@ -1,4 +1,4 @@
-"""One upstream call as relay/curl_client.py runs it: the request, the
+"""One upstream call as relay/upstream/curl_client.py runs it: the request, the
 owner's callbacks, and what came back.
 
 libcurl's callbacks only record here (`_header`, `_write`); the owner's
@@ -52,7 +52,7 @@ class Transfer:
         self.size = 0
         self.last_data = 0.0
         self.done = None
-        self.watch = None             # the owner's deadlines (relay/upstream.py)
+        self.watch = None             # the owner's deadlines (relay/upstream/client.py)
         self.curl = None
         self.client = None
 

@@ -4,7 +4,7 @@ its way to the upstream.
 The handler feeds the client's body in as it arrives.  We read just enough
 of it on the way past: the small text fields (model, language, prompt, ...),
 the file's name and type, and for audio the first bytes of the file (a WAV
-header gives the audio's length, see relay/audio_length.py).  Every byte goes to a spool file as it arrives,
+header gives the audio's length, see relay/money/audio_length.py).  Every byte goes to a spool file as it arrives,
 not into memory, and the upstream reads from that file as it fills, so the
 upload flows through while the client is still sending.  The spool also
 makes a retry on another channel possible: it starts again from byte one.
@@ -21,7 +21,7 @@ import re
 import tempfile
 from typing import Callable
 
-from relay import audio_length
+from relay.money import audio_length
 from relay.errors import bad_request
 
 FIELD_LIMIT = 64 * 1024     # a text field (prompt) bigger than this is refused
@@ -159,7 +159,7 @@ class MultipartUpload:
             or audio_length.header_complete(bytes(self._head)))
 
     def audio_seconds(self) -> float | None:
-        """The audio's length read from the file (relay/audio_length.py), or None."""
+        """The audio's length read from the file (relay/money/audio_length.py), or None."""
         if self.file is None:
             return None
         return audio_length.seconds(bytes(self._head),

@@ -17,7 +17,7 @@ see exactly what the CLI sends; that is pinned in
 tests/fixtures/claude_code_requests.json (refreshed with
 RELAY_REFRESH_FIXTURES=1), so a change in the client shows up here, and
 the fixture is replayed through every channel type in
-tests/test_claude_code_fixture.py.
+tests/clients/test_claude_code_fixture.py.
 
 Adding a channel type is one entry in UPSTREAMS.
 """

@@ -1,5 +1,5 @@
 """What Claude Code really sends (tests/fixtures/claude_code_requests.json,
-captured from the pinned CLI by tests/test_claude_code.py), replayed
+captured from the pinned CLI by tests/clients/test_claude_code.py), replayed
 through the relay to every channel type with the CLI's own headers: the
 first turn of a Read round trip and the turn carrying the tool result.
 

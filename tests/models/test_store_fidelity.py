@@ -222,7 +222,7 @@ def test_top_level_projection(db):
         assert await db.c.find_one({"_id": 1}, {"username": 1}) == {"_id": 1, "username": "u"}
         assert await db.c.find_one({"_id": 1}, {"leases": 1}) == {"_id": 1, "leases": {"p": 1}}
         assert await db.c.find_one({"_id": 1}, {"_id": 1}) == {"_id": 1}
-        # Billing.balance: the figures a balance is shown from (relay/shown.py).
+        # Billing.balance: the figures a balance is shown from (relay/money/shown.py).
         await db.c.insert_one({"_id": 2, "quota": 5, "used_quota": 7, "name": "k",
                                "leases": {"p": 1, "q": 2}, "applied": {"p": 9}})
         assert await db.c.find_one({"_id": 2}, {"quota": 1, "used_quota": 1, "leases": 1,
@@ -334,7 +334,7 @@ def test_conditional_lease_update(db):
 
 
 def test_apply_marker_update_and_unset(db):
-    """The shapes of relay/leases.py: apply once per marker, return a lease."""
+    """The shapes of relay/money/leases.py: apply once per marker, return a lease."""
     async def body(db):
         await db.u.insert_one({"_id": 1, "quota": 0, "used_quota": 0, "leases": {"p": 100}})
         upd = {"$inc": {"leases.p": -30, "used_quota": 30}, "$set": {"applied.p": 3}}
@@ -518,7 +518,7 @@ def test_sum_of_a_missing_field_is_zero(db, expect):
 
 
 def test_sum_of_a_field_some_records_lack(db):
-    """Usage records are stored compactly (relay/usage.py stored()): a zero
+    """Usage records are stored compactly (relay/money/usage.py stored()): a zero
     `unpaid` or token detail is left out, so totals sum over a mix."""
     async def body(db):
         await db.usage.insert_many([{"_id": "a", "quota": 1, "unpaid": 5}, {"_id": "b", "quota": 2},
@@ -552,7 +552,7 @@ def test_upsert_by_string_id_with_set_as_stored_responses_use_it(db):
 
 
 def test_limit_permit_shapes(db):
-    """relay/limits.py: a pool per limit and minute, leased by process, and a
+    """relay/money/limits.py: a pool per limit and minute, leased by process, and a
     dead process's concurrency slots given back (string _ids, dotted counts)."""
     async def body(db):
         c = db.limits

@@ -12,7 +12,7 @@ import sys
 
 from models.strength import Estimator, measure
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLES = [("password1", []), ("correct horse battery staple", []), ("qwertyuiop", []),
            ("alice1987", ["alice"]), ("Tr0ub4dor&3", []), ("x7#Kq!m2vPz$", []), ("ünïcødé-Pässwörd", [])]
 

@@ -18,7 +18,7 @@ from tests.fakes.notify_receivers import NotifyReceivers
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.smtp_sink import SmtpSink
 from tests.helpers import Api, RelayProcess
-from tests.notify_helpers import subscribe, wait_for
+from tests.notify.notify_helpers import subscribe, wait_for
 
 CALLBACK_TOKEN = "cb-token-123"
 

@@ -16,7 +16,7 @@ import openai
 from tests.fakes.notify_receivers import NotifyReceivers
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import Api
-from tests.notify_helpers import subscribe, wait_for
+from tests.notify.notify_helpers import subscribe, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A test run writes its screenshots to an ignored folder, so that it never
 # dirties the tree; `bash tests/refresh_screenshots.sh` copies the README's
 # pictures from there to test-artifacts/screenshots on purpose.

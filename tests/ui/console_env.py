@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tests import browser as chromium
+from tests.ui import browser as chromium
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import ADMIN_PASSWORD, Api
 

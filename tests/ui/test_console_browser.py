@@ -1,7 +1,7 @@
 """The console in a real browser, a user's flows: Debian's headless
 Chromium driven by selenium against a real relay process, a fake upstream
 and a local webhook receiver.  Saves screenshots of the main pages to
-test-artifacts/tmp/screenshots/ (tests/browser.py says how to refresh the
+test-artifacts/tmp/screenshots/ (tests/ui/browser.py says how to refresh the
 README's pictures)."""
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
-from tests import browser as chromium
-from tests.console_env import (EMAIL, MARKS, PASSWORD, PNG_1PX, WebhookReceiver,
+from tests.ui import browser as chromium
+from tests.ui.console_env import (EMAIL, MARKS, PASSWORD, PNG_1PX, WebhookReceiver,
                                ensure_browser_key, make_usage, no_script_errors, own_requests,
                                quota_of)
-from tests.console_env import b, env, upstream  # noqa: F401  (fixtures)
+from tests.ui.console_env import b, env, upstream  # noqa: F401  (fixtures)
 
 pytestmark = MARKS
 

@@ -8,9 +8,9 @@ import requests
 from selenium.webdriver.common.by import By
 
 from models.secrets import mask
-from tests import browser as chromium
-from tests.console_env import MARKS, PASSWORD, Api, no_script_errors, quota_of
-from tests.console_env import admin_b, b, env, upstream  # noqa: F401  (fixtures)
+from tests.ui import browser as chromium
+from tests.ui.console_env import MARKS, PASSWORD, Api, no_script_errors, quota_of
+from tests.ui.console_env import admin_b, b, env, upstream  # noqa: F401  (fixtures)
 
 pytestmark = MARKS
 
@@ -193,7 +193,7 @@ def test_phone_width_layout(relay, env):
     br = chromium.Browser(width=390, height=844)
     try:
         br.login(relay.url, "dora", PASSWORD)
-        # (tests/test_console_fit.py pictures the keys and usage pages' cards)
+        # (tests/ui/test_console_fit.py pictures the keys and usage pages' cards)
         for path, shot in (("/console/", "phone-dashboard"), ("/console/keys", ""),
                            ("/console/chat", "phone-chat"), ("/console/usage", "")):
             br.get(relay.url + path)

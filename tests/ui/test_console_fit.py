@@ -16,10 +16,10 @@ import time
 import requests
 from selenium.webdriver.support.ui import Select
 
-from tests import browser as chromium
-from tests.console_env import (MARKS, PASSWORD, WebhookReceiver, make_usage, no_script_errors,
+from tests.ui import browser as chromium
+from tests.ui.console_env import (MARKS, PASSWORD, WebhookReceiver, make_usage, no_script_errors,
                                quota_of)
-from tests.console_env import admin_b, b, env, upstream  # noqa: F401  (fixtures)
+from tests.ui.console_env import admin_b, b, env, upstream  # noqa: F401  (fixtures)
 from tests.helpers import ADMIN_PASSWORD, Api, RelayProcess
 
 pytestmark = MARKS

@@ -9,7 +9,7 @@ import re
 
 from console import strings
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def used_keys() -> set[str]:

@@ -14,7 +14,7 @@ from relay.convert.common import RawEvents, chunk, sse_payload
 from relay.convert.gemini_stream import ChunksToStream
 from relay.errors import RelayError
 from relay.faces import anthropic as aface
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 
 # ---- Anthropic requests --------------------------------------------------------

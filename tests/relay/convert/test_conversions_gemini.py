@@ -13,7 +13,7 @@ from relay.convert.common import chunk
 from relay.convert.gemini_stream import ChunksToStream, StreamToChunks
 from relay.errors import RelayError
 from relay.faces import gemini as gface
-from relay.pricing import Usage
+from relay.money.pricing import Usage
 
 
 # ---- Gemini requests -------------------------------------------------------------

@@ -244,7 +244,7 @@ EDIT_FILES = ("image", ["image[]", "mask"], "a.png", "image/png", PNG)
 
 @st.composite
 def multipart(draw, path: str, names_values: tuple, files: tuple):
-    """An upload that streams through (relay/upload.py): fields of the right
+    """An upload that streams through (relay/upstream/upload.py): fields of the right
     names with right and wrong values, files real or not, a body cut short,
     a wrong or missing boundary."""
     required, names, values = names_values

@@ -16,7 +16,7 @@ import requests
 from openai.types.responses import (ResponseCustomToolCall, ResponseCustomToolCallInputDeltaEvent,
                                     ResponseCustomToolCallInputDoneEvent)
 
-from tests.test_responses import (BRIDGES, check, client, env, post,  # noqa: F401 (env: fixture)
+from tests.relay.faces.test_responses import (BRIDGES, check, client, env, post,  # noqa: F401 (env: fixture)
                                   streamed)
 
 # Codex CLI 0.169's apply_patch tool for gpt-5.5, as it sends it.

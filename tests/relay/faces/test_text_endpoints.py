@@ -10,7 +10,7 @@ import openai
 import pytest
 import requests
 
-from relay import tokenizer
+from relay.money import tokenizer
 from tests.fakes.openai_upstream import DEFAULT_TEXT, _split
 from tests.fakes.text_upstream import FakeText
 from tests.helpers import eventually

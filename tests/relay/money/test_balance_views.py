@@ -8,8 +8,8 @@ import asyncio
 import uuid
 
 from models.store import Store
-from relay.billing import Billing
-from relay.leases import TOKEN, USER
+from relay.money.billing import Billing
+from relay.money.leases import TOKEN, USER
 
 QUOTA = 10_000_000
 

@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from models.store import Store
-from relay.billing import Billing, BillingUnavailable
-from relay.journal import Spill
+from relay.money.billing import Billing, BillingUnavailable
+from relay.money.journal import Spill
 
 INITIAL = 1_000_000
 
@@ -175,8 +175,8 @@ def test_records_are_stored_compactly_and_read_back_whole(mongo_url, tmp_path):
     left out of the stored record (the embedded server's CPU per record goes
     with its size); every reader sees them again through expand()."""
     from handlers.api_log import log_view
-    from relay.pricing import USAGE_FIELDS
-    from relay.usage import expand, stored
+    from relay.money.pricing import USAGE_FIELDS
+    from relay.money.usage import expand, stored
 
     full = {"_id": "x", "user_id": 1, "token_id": 1, "quota": 0, "cost": 0, "unpaid": 0,
             "estimated": False, "error": "", "status": 200, "token_limited": False,

@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 from models.store import Store
-from relay.billing import Billing, QuotaExhausted
+from relay.money.billing import Billing, QuotaExhausted
 
 CHUNK = 10_000
 

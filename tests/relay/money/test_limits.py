@@ -187,8 +187,8 @@ def test_calls_within_a_lease_do_not_touch_the_database(mongo_url, tmp_path):
 
     from models.records import Token, User
     from models.store import Store
-    from relay.limits import Limiter
-    from relay.pricing import Usage
+    from relay.money.limits import Limiter
+    from relay.money.pricing import Usage
 
     class NoDatabase:
         @property
@@ -214,12 +214,12 @@ def test_calls_within_a_lease_do_not_touch_the_database(mongo_url, tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_relays_concurrency_slots_come_back_with_its_leases(w, tmp_path):
-    """One process registry for quota and limits (relay/processes.py): the
+    """One process registry for quota and limits (relay/money/processes.py): the
     relay that reclaims a dead relay's quota leases gives back the
     concurrency slots it held, by the same heartbeat and threshold."""
     import threading
 
-    from tests.money_env import client
+    from tests.relay.money.money_env import client
 
     stale = 6.0   # relays sharing a database share the threshold: a database of their own
     args = ["--lease-stale-after", str(stale)]

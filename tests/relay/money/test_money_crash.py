@@ -22,7 +22,7 @@ import requests
 
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import ROOT, RelayProcess, children, eventually, free_port
-from tests.money_env import Load, assert_books, books, client, database_of, setup_tenant
+from tests.relay.money.money_env import Load, assert_books, books, client, database_of, setup_tenant
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 vendor's published price computation, to the unit, at group rates 1 and 2.
 
 Every expected figure is worked out by hand below from the vendors' price
-pages (USD per million tokens), not from relay/pricing.py; each is also
+pages (USD per million tokens), not from relay/money/pricing.py; each is also
 checked against genai-prices' own calculator (an independent
 implementation of the same published prices).  500,000 units = 1 USD,
 rounded half-up once.
@@ -14,11 +14,11 @@ from decimal import Decimal
 import genai_prices
 import pytest
 
-from relay import price_catalogue
+from relay.money import price_catalogue
 from relay.adaptors.openai import usage_from as openai_usage
 from relay.convert.anthropic import usage_from as anthropic_usage
 from relay.convert.gemini import usage_from as gemini_usage
-from relay.pricing import cost
+from relay.money.pricing import cost
 
 # (name, provider, catalogue model, usage read from the vendor's own usage
 #  object, expected USD at rate 1 worked out by hand)
@@ -154,7 +154,7 @@ def test_units_and_half_up_examples():
 
 def test_per_unit_prices_from_the_catalogue():
     # whisper-1: $0.006 a minute = $0.0001 a second; 61 s -> $0.0061 -> 3050 units
-    from relay.pricing import Usage
+    from relay.money.pricing import Usage
     whisper = price_catalogue.lookup("openai", "whisper-1")
     assert cost(Usage(units=61), whisper, Decimal(1), False) == 3050
     assert cost(Usage(units=61), whisper, Decimal(2), False) == 6100

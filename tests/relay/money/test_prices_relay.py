@@ -5,7 +5,7 @@ audio, reasoning, tier-crossing), streamed and not, billed to the unit and
 kept in the usage record and its CSV.
 
 Expected figures are the vendors' published prices worked out by hand (see
-tests/test_prices_golden.py for the arithmetic of the same usages)."""
+tests/relay/money/test_prices_golden.py for the arithmetic of the same usages)."""
 from __future__ import annotations
 
 import csv

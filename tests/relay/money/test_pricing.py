@@ -2,7 +2,7 @@
 from decimal import Decimal
 
 from models.records import Price
-from relay.pricing import Usage, cost, to_units
+from relay.money.pricing import Usage, cost, to_units
 
 
 def price(inp="0", out="0", cache="0", call="0"):

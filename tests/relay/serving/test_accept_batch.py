@@ -1,5 +1,5 @@
 """The relay's HTTP server accepts a bounded batch of connections a turn of
-the loop (relay/process.py): a burst of new streams must not hold every
+the loop (relay/serving/process.py): a burst of new streams must not hold every
 plain call behind a turn that accepts a hundred of them.  Against a real
 listening socket."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import socket
 
 from tornado.web import Application
 
-from relay import process
+from relay.serving import process
 
 
 def test_a_burst_of_connections_is_accepted_a_batch_per_turn():

@@ -18,7 +18,7 @@ import pytest
 from tornado.web import Application
 
 from handlers.relay_base import EAGER_BODY, BodyFirst, BodyFirstRouting, RelayHandler
-from relay import process
+from relay.serving import process
 from relay.errors import RelayError
 from tests.helpers import recv_all
 

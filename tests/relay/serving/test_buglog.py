@@ -1,7 +1,7 @@
-"""relay/buglog.py: a bug logs its traceback once per window, then one line."""
+"""relay/serving/buglog.py: a bug logs its traceback once per window, then one line."""
 import logging
 
-from relay.buglog import TracebackLimiter, log_bug
+from relay.serving.buglog import TracebackLimiter, log_bug
 
 
 def boom(kind=ValueError):

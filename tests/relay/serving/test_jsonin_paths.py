@@ -1,4 +1,4 @@
-"""relay/jsonin.py reads request bodies with orjson when it can, and with
+"""relay/serving/jsonin.py reads request bodies with orjson when it can, and with
 the json module (which names the field at fault) when it cannot.  The two
 must agree on every body: the same document, or a refusal either way.
 Hypothesis writes the bodies, hostile ones included."""
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay import jsonin
+from relay.serving import jsonin
 
 orjson = pytest.importorskip("orjson")
 
@@ -99,7 +99,7 @@ def test_an_event_frame_takes_only_its_own_size():
     # relay/sse.encode joins the JSON to its frame, which is the copy.
     import tracemalloc
 
-    from relay import sse
+    from relay.serving import sse
     doc = {"choices": [{"index": 0, "delta": {"content": "hello " * 20}}]}
     tracemalloc.start()
     try:
@@ -112,7 +112,7 @@ def test_an_event_frame_takes_only_its_own_size():
 
 
 # The shapes jsonin looks for in one pass of bytes.translate, each against the
-# regex it stands for (relay/jsonin.py: _long_int, _big_float, _surrogate_escape).
+# regex it stands for (relay/serving/jsonin.py: _long_int, _big_float, _surrogate_escape).
 _SHAPED = st.binary(max_size=80) | st.lists(
     st.sampled_from([b"1", b"9", b"0" * 18, b"7" * 19, b"e", b"E", b"+", b"-", b".", b"\\u",
                      b"d8", b"D9", b"a", b"\xb2", b"\xd9\xa3", b" ", b'"']),

@@ -1,4 +1,4 @@
-"""relay/loop.py: the sockets Tornado watches are in an epoll of the loop's
+"""relay/serving/loop.py: the sockets Tornado watches are in an epoll of the loop's
 own, on uvloop (as served) and on asyncio's own loop; a reader Tornado
 lets go of rests registered until it is wanted again or fires.
 
@@ -17,8 +17,8 @@ import pytest
 import uvloop
 from tornado.ioloop import IOLoop
 
-from relay import loop as relay_loop
-from relay.loop import RelayLoop
+from relay.serving import loop as relay_loop
+from relay.serving.loop import RelayLoop
 from tests.helpers import Api
 
 READ, WRITE, ERROR = IOLoop.READ, IOLoop.WRITE, IOLoop.ERROR

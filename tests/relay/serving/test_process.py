@@ -1,4 +1,4 @@
-"""relay/process.py: the process-level settings the server applies at start.
+"""relay/serving/process.py: the process-level settings the server applies at start.
 
 The write queues swapped into Tornado's IOStream are checked on a real
 socket pair: pending writes larger than the kernel's buffer, many small
@@ -14,7 +14,7 @@ import socket
 import pytest
 from tornado.iostream import IOStream, StreamClosedError
 
-from relay import process
+from relay.serving import process
 
 
 def _glibc() -> bool:

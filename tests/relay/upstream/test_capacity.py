@@ -16,7 +16,7 @@ import time
 import pytest
 import requests
 
-from relay.gate import Gate
+from relay.upstream.gate import Gate
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.mj_upstream import FakeMidjourney

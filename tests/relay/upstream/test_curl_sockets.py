@@ -1,4 +1,4 @@
-"""relay/curl_client.py's event-loop registrations, against a real socket.
+"""relay/upstream/curl_client.py's event-loop registrations, against a real socket.
 
 CurlClient watches libcurl's sockets in an epoll of its own, which the
 event loop watches as one descriptor, where Tornado removes and re-adds
@@ -19,8 +19,8 @@ import time
 import pycurl
 import pytest
 
-from relay.curl_client import CurlClient
-from relay.transfer import Transfer
+from relay.upstream.curl_client import CurlClient
+from relay.upstream.transfer import Transfer
 
 BODY = b'{"ok":true}'
 

@@ -11,7 +11,7 @@ from relay import attempts, registry
 from relay.faces import anthropic as anthropic_face
 from relay.faces import openai as openai_face
 from relay.faces import responses as responses_face
-from relay.upstream import Cancel, Response
+from relay.upstream.client import Cancel, Response
 from models.records import Channel
 
 CHAT = {"model": "gpt-4o-mini", "stream": True,

@@ -17,7 +17,7 @@ from tornado import httputil
 from tornado.web import Application
 
 from handlers.relay_base import RelayHandler
-from relay import process
+from relay.serving import process
 from tests.helpers import dechunk
 
 SECRET = "Bearer sk-shed-test-0123456789"

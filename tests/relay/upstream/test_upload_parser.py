@@ -1,4 +1,4 @@
-"""relay/upload.py on its own: a multipart body fed in arbitrary pieces must
+"""relay/upstream/upload.py on its own: a multipart body fed in arbitrary pieces must
 come out for the upstream as the same form (model field rewritten), with
 the WAV length read on the way.  Checked against Tornado's own parser."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from tornado.httputil import parse_body_arguments
 
 from relay.errors import RelayError
-from relay.audio_length import flac_seconds, mp3_seconds, seconds, wav_seconds
-from relay.upload import MultipartUpload
+from relay.money.audio_length import flac_seconds, mp3_seconds, seconds, wav_seconds
+from relay.upstream.upload import MultipartUpload
 from tests.fakes.media_upstream import make_wav
 
 WAV = make_wav(2.5)

@@ -1,5 +1,5 @@
 """A stream whose upstream falls silent mid-way ends with an error event
-once the relay's stream_idle_timeout has passed (relay/upstream.py's
+once the relay's stream_idle_timeout has passed (relay/upstream/client.py's
 once-a-second sweep does the watching), and its usage record says so; a
 slow but steady stream, or one we paused, is not silent."""
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_a_stream_we_paused_is_not_silent_however_long(slow):
     import asyncio
     import json
 
-    from relay.upstream import Cancel, Upstream
+    from relay.upstream.client import Cancel, Upstream
 
     class _NoTimer:
         def stop(self) -> None:

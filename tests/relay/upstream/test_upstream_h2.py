@@ -1,5 +1,5 @@
 """Streams to an HTTPS upstream that speaks HTTP/2 share connections, at
-most `upstream_h2_streams` to one (relay/curl_client.py: libcurl runs every
+most `upstream_h2_streams` to one (relay/upstream/curl_client.py: libcurl runs every
 transfer of a connection whenever it has data, so the CPU per chunk grows
 with the count).  The upstream is tests/fakes/slow_upstream.py over TLS
 with its own test CA; it allows 100 streams a connection, as vendors do,

@@ -70,7 +70,7 @@ $('#adjust-form').addEventListener('submit', async (ev) => {
 });
 dlg.querySelector('.close').addEventListener('click', () => dlg.close());
 
-// The account's own rate limits (relay/limits.py), over all its keys.
+// The account's own rate limits (relay/money/limits.py), over all its keys.
 const LIMITS = ['rpm_limit', 'tpm_limit', 'concurrency_limit'];
 const ldlg = $('#limits-dialog');
 function limits(u) {

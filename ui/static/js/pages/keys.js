@@ -94,7 +94,7 @@ function toLocalInput(ts) {
   return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
 }
 
-// Requests and tokens per minute, calls at once; 0 = no limit (relay/limits.py).
+// Requests and tokens per minute, calls at once; 0 = no limit (relay/money/limits.py).
 const LIMITS = ['rpm_limit', 'tpm_limit', 'concurrency_limit'];
 
 async function edit(k) {

@@ -23,7 +23,7 @@ function query() {
   return q;
 }
 
-// Parts of a call's usage beyond text in and out (relay/pricing.py bills each).
+// Parts of a call's usage beyond text in and out (relay/money/pricing.py bills each).
 const PARTS = ['cached_tokens', 'cache_write_5m_tokens', 'cache_write_1h_tokens', 'reasoning_tokens',
   'audio_input_tokens', 'audio_output_tokens', 'image_input_tokens', 'image_output_tokens', 'units'];
 

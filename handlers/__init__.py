@@ -1,0 +1,1 @@
+"""Thin Tornado handlers: each module ends with its own `default_handlers` list."""
