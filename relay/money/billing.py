@@ -27,7 +27,7 @@ from relay.money.journal import Journal
 from relay.money.leases import COLLECTIONS, TOKEN, USER, BillingUnavailable, QuotaExhausted
 from relay.money.usage import stored
 
-log = logging.getLogger("relay.money.billing")
+log = logging.getLogger("relay.billing")
 
 __all__ = ["Billing", "Reservation", "QuotaExhausted", "BillingUnavailable", "USER", "TOKEN"]
 

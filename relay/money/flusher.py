@@ -12,7 +12,7 @@ from models.store import PyMongoError, insert_records
 from relay.money.leases import COLLECTIONS, TOKEN, USER, Leases
 from relay.money.usage import stored
 
-log = logging.getLogger("relay.money.billing")
+log = logging.getLogger("relay.billing")
 
 
 def subjects_of(record: dict) -> list[tuple[str, int, bool]]:

@@ -26,7 +26,7 @@ import os
 import time
 from collections import deque
 
-log = logging.getLogger("relay.money.billing")
+log = logging.getLogger("relay.billing")
 
 SPILL_NAME = "spill.jsonl"
 

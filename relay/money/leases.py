@@ -72,7 +72,7 @@ from relay.money.journal import Journal
 from relay.money.processes import Processes
 from relay.money.shown import Shown, figures
 
-log = logging.getLogger("relay.money.billing")
+log = logging.getLogger("relay.billing")
 
 USER, TOKEN = "user", "token"
 COLLECTIONS = {USER: "users", TOKEN: "tokens"}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from models.store import DuplicateKeyError
 from relay.errors import RelayError
 
-log = logging.getLogger("relay.money.limits")
+log = logging.getLogger("relay.limits")
 
 RPM, TPM, CONC = 0, 1, 2
 _WHAT = ("requests per minute", "tokens per minute", "concurrent requests")

@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 
-log = logging.getLogger("relay.money.billing")
+log = logging.getLogger("relay.billing")
 
 # A tombstone (and the applied.<P> markers it vouches for) is kept this long
 # for a late spill replay of a dead process.

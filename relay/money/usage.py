@@ -15,7 +15,7 @@ from typing import Any
 
 from relay.money.pricing import USAGE_FIELDS
 
-log = logging.getLogger("relay.money.usage")
+log = logging.getLogger("relay.usage")
 
 # A record stores a field only when it differs from these: most calls have
 # no cache, audio, image or reasoning tokens, no shortfall and no error, and

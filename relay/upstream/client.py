@@ -40,7 +40,7 @@ from relay.errors import RelayError
 from relay.upstream.gate import Gate, busy
 from relay.upstream.transfer import Transfer
 
-log = logging.getLogger("relay.upstream.client")
+log = logging.getLogger("relay.upstream")
 
 # libcurl error codes we tell apart
 _COULDNT_RESOLVE, _COULDNT_CONNECT, _TIMEOUT, _ABORTED = 6, 7, 28, 42

@@ -65,7 +65,7 @@ from tornado.ioloop import IOLoop
 from relay.serving.loop import epoll_set
 from relay.upstream.transfer import Transfer
 
-log = logging.getLogger("relay.upstream.client")
+log = logging.getLogger("relay.upstream")
 
 _PROTOCOLS = pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS
 # Tornado's user agent, kept so upstreams see what they always saw.
