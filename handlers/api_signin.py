@@ -7,7 +7,7 @@ import json
 import secrets
 import time
 
-from handlers.api_user import user_view
+from handlers.api_user import browser_language, user_view
 from handlers.base import ApiError, ApiHandler
 from handlers.login_throttle import LoginThrottle
 from models.passwords import hash_password_async, needs_update, verify_password_async
@@ -43,13 +43,19 @@ class LoginHandler(ApiHandler):
         # which names exist.
         if not await verify_password_async(password, doc.get("password_hash", "") if doc else ""):
             await throttle.failed(keys)
-            raise ApiError(401, "Wrong user name or password.")
+            raise ApiError(401, "Wrong user name or password.", code="wrong_credentials")
         if doc.get("status", USER_ENABLED) != USER_ENABLED:
-            raise ApiError(403, "This account is disabled.")
+            raise ApiError(403, "This account is disabled.", code="account_disabled")
         await throttle.succeeded(keys)
         if needs_update(doc["password_hash"]):
             await db.users.update_one({"_id": doc["_id"]},
                                       {"$set": {"password_hash": await hash_password_async(password)}})
+        lang = "" if doc.get("language") else browser_language(self)
+        if lang:
+            # An account made before languages, by an administrator who chose
+            # none, or by a script: it speaks what its first browser asks for.
+            doc["language"] = lang
+            await db.users.update_one({"_id": doc["_id"]}, {"$set": {"language": lang}})
         self._remember_device(device, name.lower())
         csrf = await self.start_session(doc)
         self.ok({**user_view(self, doc), "csrf_token": csrf}, "Signed in.")

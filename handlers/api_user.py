@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import secrets
 
+from console import strings
 from handlers.base import ApiError, ApiHandler
 from models.passwords import hash_password_async, password_problem, verify_password_async
 from models.records import LIMIT_FIELDS, ROLE_USER, USER_ENABLED
@@ -25,6 +26,9 @@ def user_view(handler: ApiHandler, doc: dict) -> dict:
             "status": doc.get("status", USER_ENABLED), "group": doc.get("group", "default"),
             "quota": remaining, "used_quota": used, "created_time": doc.get("created_time", 0),
             "marketing_opt_in": bool(doc.get("marketing_opt_in")),
+            # The console's and the notifications' language; "" until chosen
+            # (sign-up, first sign-in or the console's switch): then English.
+            "language": doc.get("language") or "",
             "must_change_password": bool(doc.get("must_change_password")),
             "usable_groups": doc.get("usable_groups"),
             "credit_limit": int(doc.get("credit_limit") or 0),
@@ -37,6 +41,24 @@ def email_of(value) -> str:
     if email and not _EMAIL.match(email):
         raise ApiError(400, f"Not an e-mail address: {email!r}.")
     return email
+
+
+def language_of(value) -> str:
+    """A language the console has (a tag such as zh-CN, any case), or a 400."""
+    tag = jsonin.text(value, "language", strings.MAX_TAG)
+    lang = strings.normalize(tag)
+    if lang is None:
+        raise ApiError(400, f"language must be one of: {', '.join(strings.available())}.")
+    return lang
+
+
+def browser_language(handler: ApiHandler) -> str:
+    """The language a browser asks for: its `lang` cookie (the console's
+    switch), else its Accept-Language; "" when it says neither (a script)."""
+    accept, cookie = handler.request.headers.get("Accept-Language", ""), handler.get_cookie("lang")
+    if not accept.strip() and not cookie:
+        return ""
+    return strings.pick(accept, cookie)
 
 
 async def registration_open(handler: ApiHandler) -> bool:
@@ -84,8 +106,13 @@ class RegisterHandler(ApiHandler):
     async def post(self) -> None:
         if not await registration_open(self):
             raise ApiError(403, "Registration is closed on this server.")
-        fields = await validate_new_user({**self.body_json(), "group": "default"},
+        body = self.body_json()
+        fields = await validate_new_user({**body, "group": "default"},
                                    self.ctx["catalog"].groups)
+        lang = (language_of(body["language"]) if body.get("language") is not None
+                else browser_language(self))
+        if lang:
+            fields["language"] = lang
         doc = await insert_user(self, fields)
         self.ok(user_view(self, doc), "Account created; you can sign in now.")
 
@@ -106,6 +133,8 @@ class SelfHandler(ApiHandler):
             update["marketing_opt_in"] = bool(body["marketing_opt_in"])
         if "email" in body:
             update["email"] = email_of(body["email"])
+        if "language" in body:
+            update["language"] = language_of(body["language"])
         if body.get("password"):
             update.update(await self.new_password(user, body, update.get("email")))
         if not update:
@@ -129,7 +158,7 @@ class SelfHandler(ApiHandler):
         original = jsonin.text(body.get("original_password"), "original_password", 2000)
         current = user.get("password_hash", "")
         if not await verify_password_async(original, current):
-            raise ApiError(403, "The current password is wrong.")
+            raise ApiError(403, "The current password is wrong.", code="wrong_password")
         problem = await password_problem(password, user.get("username", ""),
                                    email if email is not None else user.get("email", ""))
         if problem:
@@ -169,8 +198,9 @@ class TopupHandler(ApiHandler):
         if doc is None:
             used = await db.redemptions.find_one({"key_hash": code_hash}, {"status": 1})
             if used is None:
-                raise ApiError(404, "No such redemption code.")
-            raise ApiError(409, "This redemption code has already been used.")
+                raise ApiError(404, "No such redemption code.", code="no_such_code")
+            raise ApiError(409, "This redemption code has already been used.",
+                           code="code_used")
         ok = await self.ctx["billing"].credit(USER, user["_id"], int(doc["quota"]),
                                               f"redemption {doc['_id']}",
                                               ledger_id=f"redeem:{doc['_id']}")

@@ -7,7 +7,7 @@ import re
 import time
 
 from handlers.api_fields import _int, by_id, group_list, limit_fields, paged
-from handlers.api_user import email_of, insert_user, user_view, validate_new_user
+from handlers.api_user import email_of, insert_user, language_of, user_view, validate_new_user
 from handlers.base import ApiError, ApiHandler, ident
 from models.passwords import password_problem
 from models.records import MAX_QUOTA, ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER_ENABLED
@@ -30,6 +30,8 @@ class UsersHandler(ApiHandler):
         admin = self.require_admin()
         body = self.body_json()
         fields = await validate_new_user(body, self.ctx["catalog"].groups)
+        if body.get("language") is not None:  # else set at the user's first sign-in
+            fields["language"] = language_of(body["language"])
         role = _int(body.get("role") or ROLE_USER, "role")
         if role not in (ROLE_USER, ROLE_ADMIN) or (role >= ROLE_ADMIN and admin["role"] < ROLE_ROOT):
             raise ApiError(403, "Only root can create administrators.")
@@ -57,6 +59,8 @@ class UsersHandler(ApiHandler):
                 update[f] = str(body[f])
         if "email" in body:
             update["email"] = email_of(body["email"])
+        if "language" in body:
+            update["language"] = language_of(body["language"])
         if "status" in body:
             if body["status"] not in (USER_ENABLED, USER_DISABLED):
                 raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")

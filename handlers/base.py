@@ -238,7 +238,7 @@ class ApiHandler(SessionMixin, Base):
             if exc.status == 429 and exc.retry_after:
                 self.set_header("Retry-After", str(exc.retry_after))
                 return self.fail(429, exc.message, {"retry_after": exc.retry_after})
-            return self.fail(exc.status, exc.message)
+            return self.fail(exc.status, exc.message, {"code": exc.code} if exc.code else None)
         if isinstance(exc, jsonin.BadInput):
             return self.fail(exc.status, exc.message)
         if isinstance(exc, tornado.web.HTTPError) and exc.log_message:
@@ -334,8 +334,12 @@ class ApiHandler(SessionMixin, Base):
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, retry_after: int = 0):
+    """A refusal: `message` is English for people; `code`, when given, is a
+    stable name (in `data.code`) that the console shows in its own language."""
+
+    def __init__(self, status: int, message: str, retry_after: int = 0, code: str = ""):
         super().__init__(message)
         self.status = status
         self.message = message
         self.retry_after = retry_after
+        self.code = code

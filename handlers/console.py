@@ -77,6 +77,8 @@ class PageHandler(Base):
 
     async def get(self) -> None:
         user, _ = await session_user(self)
+        self.lang = strings.pick(self.request.headers.get("Accept-Language", ""),
+                                 self.get_cookie("lang"), user and user.get("language"))
         if self.access != "public" and user is None:
             return self.redirect(PATHS["login"] + "?next=" + tornado.escape.url_escape(
                 self.request.uri, plus=False))
@@ -90,11 +92,10 @@ class PageHandler(Base):
         if self.access == "admin" and not is_admin:
             raise tornado.web.HTTPError(403)
         status = await console_status.load(self.store, self.config)
-        lang = strings.pick(self.request.headers.get("Accept-Language", ""),
-                            self.get_cookie("lang"))
         self.set_header("Content-Security-Policy", csp(self, status["base_addresses"]))
         html = templates(self.application).get_template(f"{self.name}.html").render(
-            t=strings.translator(lang), lang=lang, page=self.name, paths=PATHS,
+            t=strings.translator(self.lang), lang=self.lang, langs=strings.names(),
+            page=self.name, paths=PATHS,
             nav_user=NAV_USER if user else [], nav_admin=NAV_ADMIN if is_admin else [],
             user=user and {"id": user["_id"], "username": user.get("username", ""),
                            "must_change_password": bool(user.get("must_change_password"))},
@@ -103,9 +104,11 @@ class PageHandler(Base):
         self.finish(html)
 
     def write_error(self, status_code: int, **kwargs) -> None:
+        t = strings.translator(getattr(self, "lang", None) or strings.pick(
+            self.request.headers.get("Accept-Language", ""), self.get_cookie("lang")))
         self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish("Administrators only." if status_code == 403 else
-                    f"Error {status_code} (request id: {self.request_id}).")
+        self.finish(t("err.admin_only") if status_code == 403 else
+                    t("err.page", status=status_code, id=self.request_id))
 
 
 class StaticHandler(tornado.web.StaticFileHandler):

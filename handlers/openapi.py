@@ -7,6 +7,7 @@ schemathesis over every operation.
 """
 from __future__ import annotations
 
+from console import strings
 from handlers.base import ApiHandler
 from models.records import LIMIT_FIELDS, PRICE_COMPONENTS, TIER_COMPONENTS
 
@@ -16,6 +17,8 @@ STR = {"type": "string"}
 BOOL = {"type": "boolean"}
 NUM = {"type": "number"}
 NAMES = {"oneOf": [{"type": "array", "items": STR}, STR]}
+# The console's languages (one file each in ui/static/i18n); any case is taken.
+LANGUAGE = {"type": "string", "enum": strings.available()}
 DECIMAL = {"oneOf": [NUM, STR]}
 # Rate limits on a key or an account (relay/money/limits.py): 0 or null = none.
 LIMITS = {f: {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 10 ** 12},
@@ -66,6 +69,7 @@ PAGE = {"p": INT64, "size": INT64}
 LOG_FILTER = {"user_id": INT64, "token_id": INT64, "channel_id": INT64, "status": INT64,
               "model": STR, "start": NUM, "end": NUM, **PAGE}
 USER_FIELDS = dict(username=STR, password=STR, email=STR, group=STR, display_name=STR,
+                   language=LANGUAGE,
                    role=INT64, status=INT64, quota=INT64, usable_groups={
                        "oneOf": [{"type": "array", "items": STR}, {"type": "null"}]}, **LIMITS)
 TOKEN_FIELDS = dict(name=STR, remain_quota=INT64, unlimited_quota=BOOL, expired_time=INT64,
@@ -97,11 +101,13 @@ PATHS: dict[str, dict] = {
                                                             "pattern": "^[A-Za-z0-9]+$"}})},
     "/api/user/register": {"post": op("Create an account (when registration is open).",
                                       obj(("username", "password"), username=STR,
-                                          password=STR, email=STR), public=True)},
+                                          password=STR, email=STR, language=LANGUAGE),
+                                      public=True)},
     "/api/user/self": {"get": op("The caller's account."),
-                       "put": op("Change the caller's name, e-mail, opt-in or password.",
+                       "put": op("Change the caller's name, e-mail, opt-in, language "
+                                 "(of the console and of notifications) or password.",
                                  obj(display_name=STR, email=STR, marketing_opt_in=BOOL,
-                                     password=STR, original_password=STR))},
+                                     language=LANGUAGE, password=STR, original_password=STR))},
     "/api/user/token": {"post": op("A new access token for Authorization: Bearer.")},
     "/api/user/topup": {"post": op("Redeem a code.", obj(("key",), key=STR))},
     "/api/user/manage": {"post": op("Enable, disable, promote or demote a user (admin).",

@@ -22,17 +22,13 @@ from __future__ import annotations
 import logging
 import time
 
-from models.records import QUOTA_PER_USD
 from models.store import DuplicateKeyError, PyMongoError, ReturnDocument, sort_by_id
+from notify import words
 
 log = logging.getLogger("relay.notify")
 
 WARNINGS = ("user_quota_warning", "key_quota_warning")
 WINDOW = 3600  # at most one warning per subject in any 60 minutes
-
-
-def money(units: int) -> str:
-    return f"{units} units (${units / QUOTA_PER_USD:.2f})"
 
 
 class Events:
@@ -103,8 +99,9 @@ class Events:
         users = {}
         if subs:
             ids = list({s["user_id"] for s in subs})
-            async for u in self.db.users.find({"_id": {"$in": ids}}, {"username": 1}):
-                users[u["_id"]] = u.get("username", "")
+            async for u in self.db.users.find({"_id": {"$in": ids}},
+                                              {"username": 1, "language": 1}):
+                users[u["_id"]] = u
         key_name = ""
         if etype == "key_quota_warning":
             tok = await self.db.tokens.find_one({"_id": p["token_id"]}, {"name": 1})
@@ -114,13 +111,14 @@ class Events:
         docs = []
         occurrence = event.get("occurrence") or event["_id"]
         for s in subs:
-            title, content, threshold = self._text(etype, p, s, key_name)
+            user = users.get(s["user_id"], {})
+            title, content, threshold = self._text(etype, p, s, key_name, words.language(user))
             docs.append({
                 "_id": f"{occurrence}|{s['_id']}", "event_id": occurrence, "sub_id": s["_id"],
                 "user_id": s["user_id"], "channel_type": s["channel_type"], "event_type": etype,
                 "title": title, "content": content,
                 "vars": {"event_type": etype, "title": title, "content": content,
-                         "user": users.get(s["user_id"], ""), "key_name": key_name,
+                         "user": user.get("username", ""), "key_name": key_name,
                          "balance": p.get("balance", ""), "threshold": threshold, "time": when},
                 "status": "pending", "attempts": 0, "next_at": now, "created_at": now,
                 "updated_at": now, "last_error": "", "sent_at": None, "receipt": ""})
@@ -166,17 +164,11 @@ class Events:
         return subs
 
     @staticmethod
-    def _text(etype: str, p: dict, sub: dict, key_name: str) -> tuple[str, str, object]:
-        if etype == "user_quota_warning":
-            t = sub.get("user_threshold", 0)
-            return ("Account balance is low",
-                    f"Your account balance is {money(p['balance'])}, below your warning "
-                    f"threshold of {money(t)}. Top up to keep your keys working.", t)
-        if etype == "key_quota_warning":
-            t = sub.get("key_threshold", 0)
-            return (f"API key \"{key_name}\" is running low",
-                    f"The remaining quota of API key \"{key_name}\" (id {p['token_id']}) is "
-                    f"{money(p['balance'])}, below your warning threshold of {money(t)}.", t)
+    def _text(etype: str, p: dict, sub: dict, key_name: str,
+              lang: str) -> tuple[str, str, object]:
+        """A warning in the subscriber's language; an announcement as its author wrote it."""
+        if etype in WARNINGS:
+            return words.warning(etype, p, sub, key_name, lang)
         return p.get("title", ""), p.get("content", ""), ""
 
     # ---- recovery ------------------------------------------------------------

@@ -13,7 +13,7 @@ import logging
 import time
 
 from models.store import now as store_now
-from notify import channels, templates
+from notify import channels, templates, words
 from notify.channels.base import Context, DeliveryError, Message
 from notify.channels.webhook import render_body
 from notify.events import WARNINGS, Events
@@ -27,12 +27,8 @@ log = logging.getLogger("relay.notify")
 
 RECOVER_EVERY = 60.0
 SUBSCRIPTION_KIND = "notify_subscription"  # catalog invalidation kind
-SAMPLE = {"announcement": ("Test announcement", "This is a test message from the relay."),
-          "marketing": ("Test promotion", "This is a test promotion from the relay."),
-          "user_quota_warning": ("Account balance is low",
-                                 "Your account balance is below your warning threshold."),
-          "key_quota_warning": ("API key is running low",
-                                "The remaining quota of an API key is below your threshold.")}
+# The events a test send or a preview may show (their words: notify/words.py).
+SAMPLE = ("announcement", "marketing", "user_quota_warning", "key_quota_warning")
 
 
 class Notifier:
@@ -139,7 +135,8 @@ class Notifier:
         a warning's text, balance and threshold are computed as a real one's
         (live balance, leases included; thresholds from `sub`), for the key
         the subscription watches (else the user's first key)."""
-        title, content = SAMPLE.get(event_type, SAMPLE["announcement"])
+        lang = words.language(user)
+        title, content = words.sample(event_type, lang)
         v = {"event_type": event_type, "title": title, "content": content,
              "user": user.get("username", ""), "key_name": "", "balance": "", "threshold": "",
              "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.clock()))}
@@ -154,7 +151,7 @@ class Notifier:
             payload["balance"] = await self._live("token", key) if key else 0
             v["key_name"] = key.get("name", "") if key else "example-key"
         v["title"], v["content"], v["threshold"] = Events._text(event_type, payload, sub,
-                                                                  v["key_name"])
+                                                                  v["key_name"], lang)
         v["balance"] = payload["balance"]
         return v
 
@@ -176,9 +173,9 @@ class Notifier:
         """Send a test message over the subscription's channel now; never raises."""
         etype = (sub.get("event_types") or ["announcement"])[0]
         v = await self.sample_vars(etype, user, sub)
+        title = words.test_title(v["title"], words.language(user))
         msg = Message(id=f"test:{sub['_id']}:{int(self.clock() * 1000)}", event_type=etype,
-                      title="[Test] " + v["title"], content=v["content"],
-                      vars={**v, "title": "[Test] " + v["title"]},
+                      title=title, content=v["content"], vars={**v, "title": title},
                       user=await self._user(sub["user_id"]))
         try:
             receipt = await asyncio.wait_for(

@@ -1,0 +1,52 @@
+"""The built-in notification texts, in the language of the user they go to.
+
+The words live beside the console's, under `notice.*` in
+ui/static/i18n/<lang>.json (console/strings.py), so a language is still one
+file.  A message is written in its user's language when it is made (at
+fan-out, or for a test send and a preview), and kept as written in the
+outbox.  What people write stays as they wrote it: an announcement's title
+and text, and a webhook's body template (only the variables it places,
+such as {{ title }}, carry these words).
+"""
+from __future__ import annotations
+
+from console import strings
+from models.records import QUOTA_PER_USD
+
+
+def language(user: dict | None) -> str:
+    """The user's language, English when they never chose one."""
+    return strings.normalize((user or {}).get("language")) or strings.DEFAULT
+
+
+def money(units: int, lang: str) -> str:
+    return strings.translator(lang)("notice.money", units=units,
+                                    usd=f"{units / QUOTA_PER_USD:.2f}")
+
+
+def warning(etype: str, payload: dict, sub: dict, key_name: str,
+            lang: str) -> tuple[str, str, int]:
+    """(title, content, threshold) of a balance warning."""
+    t = strings.translator(lang)
+    balance = money(payload["balance"], lang)
+    if etype == "user_quota_warning":
+        threshold = sub.get("user_threshold", 0)
+        return (t("notice.user_low.title"),
+                t("notice.user_low.content", balance=balance, threshold=money(threshold, lang)),
+                threshold)
+    threshold = sub.get("key_threshold", 0)
+    return (t("notice.key_low.title", key=key_name),
+            t("notice.key_low.content", key=key_name, id=payload["token_id"], balance=balance,
+              threshold=money(threshold, lang)),
+            threshold)
+
+
+def sample(event_type: str, lang: str) -> tuple[str, str]:
+    """(title, content) of a test message of an announcement-like event."""
+    t = strings.translator(lang)
+    kind = "marketing" if event_type == "marketing" else "announcement"
+    return t(f"notice.sample.{kind}.title"), t(f"notice.sample.{kind}.content")
+
+
+def test_title(title: str, lang: str) -> str:
+    return strings.translator(lang)("notice.test_title", title=title)
