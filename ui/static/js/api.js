@@ -1,4 +1,4 @@
-import { t } from './i18n.js';
+import { has, t } from './i18n.js';
 
 // The JSON API with the session cookie; every unsafe call carries the CSRF
 // token (the readable csrf_token cookie set at sign-in).
@@ -31,7 +31,11 @@ export async function api(method, path, body) {
     if (r.status === 401 && !location.pathname.startsWith('/console/login')) {
       location.href = '/console/login?next=' + encodeURIComponent(location.pathname + location.search);
     }
-    throw new ApiError(r.status, (doc && doc.message) || `HTTP ${r.status}`, doc && doc.data);
+    // The server writes English; a refusal with a code the table knows is
+    // shown in the console's language.
+    const code = doc && doc.data && doc.data.code;
+    const message = code && has(`err.${code}`) ? t(`err.${code}`) : (doc && doc.message) || `HTTP ${r.status}`;
+    throw new ApiError(r.status, message, doc && doc.data);
   }
   return doc.data;
 }

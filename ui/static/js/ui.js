@@ -1,5 +1,5 @@
 // Small DOM helpers.  Text always goes in as text nodes, never as HTML.
-import { t } from './i18n.js';
+import { locale, t } from './i18n.js';
 
 export const UNITS_PER_CREDIT = 500000;
 
@@ -24,9 +24,19 @@ export function el(tag, attrs = {}, ...children) {
 export const $ = (sel, root = document) => root.querySelector(sel);
 export const $$ = (sel, root = document) => [...root.querySelectorAll(sel)];
 
+// Numbers and dates in the console's language (not the browser's), so that
+// a page reads the same way throughout.
+const creditFormat = new Intl.NumberFormat(locale, { minimumFractionDigits: 2, maximumFractionDigits: 4 });
+const countFormat = new Intl.NumberFormat(locale);
+const dateFormat = new Intl.DateTimeFormat(locale, { dateStyle: 'medium', timeStyle: 'medium' });
+
 export function credits(units) {
-  const n = Number(units || 0) / UNITS_PER_CREDIT;
-  return n.toLocaleString(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 4 });
+  return creditFormat.format(Number(units || 0) / UNITS_PER_CREDIT);
+}
+
+/** A count (requests, tokens) with the locale's grouping. */
+export function num(n) {
+  return countFormat.format(Number(n || 0));
 }
 
 export function toUnits(creditsText) {
@@ -37,7 +47,12 @@ export function toUnits(creditsText) {
 
 export function when(ts) {
   if (!ts || ts <= 0) return t('common.never');
-  return new Date(ts * 1000).toLocaleString();
+  return dateFormat.format(new Date(ts * 1000));
+}
+
+/** An on/off state as a badge: one line however narrow its cell ("已启用"). */
+export function stateBadge(on) {
+  return el('span', { class: `badge ${on ? 's1' : 's2'}` }, on ? t('keys.enabled') : t('keys.disabled'));
 }
 
 let toastTimer = null;

@@ -9,7 +9,7 @@ async function load() {
   try {
     const data = await get('/api/announcement/');
     const items = Array.isArray(data) ? data : (data.items || []);
-    $('#ann-list').replaceChildren(...items.map((a) => el('li', {}, el('strong', {}, a.title), ` (${a.kind}) — `, a.content, ' ',
+    $('#ann-list').replaceChildren(...items.map((a) => el('li', {}, el('strong', {}, a.title), ` (${t(`notify.ev_${a.kind}`)}) — `, a.content, ' ',
       el('span', { class: 'muted' }, when(a.created_at || a.created_time)))));
   } catch (e) { $('#ann-list').replaceChildren(el('li', { class: 'muted' }, e.message)); }
 }

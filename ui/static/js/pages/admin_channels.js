@@ -1,7 +1,7 @@
 import { t } from '../i18n.js';
 import { get, post, put, del } from '../api.js';
 import { boot } from '../common.js';
-import { $, el, fillRows, showError, showOk, openDialog, toast } from '../ui.js';
+import { $, el, fillRows, showError, showOk, openDialog, toast, stateBadge } from '../ui.js';
 
 boot();
 const dlg = $('#channel-dialog');
@@ -11,7 +11,7 @@ function row(c) {
   const result = el('span', { class: 'test-result' });
   return el('tr', { dataset: { id: c.id, name: c.name } }, el('td', {}, String(c.id)), el('td', {}, c.name), el('td', {}, c.type),
     el('td', {}, c.models.join(', ')), el('td', {}, String(c.priority)), el('td', {}, String(c.weight)),
-    el('td', {}, c.enabled ? t('keys.enabled') : t('keys.disabled')),
+    el('td', {}, stateBadge(c.enabled)),
     el('td', { class: 'actions' },
       el('button', { class: 'small test', onclick: async () => {
         result.textContent = t('admin.testing');

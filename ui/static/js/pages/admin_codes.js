@@ -8,7 +8,7 @@ const STATUS = { 1: 'admin.code_unused', 2: 'keys.disabled', 3: 'admin.code_used
 
 function row(c) {
   return el('tr', { dataset: { id: c.id } }, el('td', {}, String(c.id)), el('td', {}, c.name), el('td', {}, el('code', {}, c.key)),
-    el('td', {}, credits(c.quota)), el('td', {}, t(STATUS[c.status] || 'admin.code_used')),
+    el('td', {}, credits(c.quota)), el('td', {}, el('span', { class: `badge ${c.status === 1 ? 's1' : c.status === 2 ? 's2' : ''}` }, t(STATUS[c.status] || 'admin.code_used'))),
     el('td', {}, c.status === 1 ? el('button', { class: 'small danger', onclick: async () => {
       try { await del(`/api/redemption/${c.id}`); await load(); } catch (e) { showError(null, e); }
     } }, t('common.delete')) : ''));

@@ -1,7 +1,7 @@
 import { t } from '../i18n.js';
 import { get, post, put, del } from '../api.js';
 import { boot } from '../common.js';
-import { $, el, fillRows, showError, showOk, formData } from '../ui.js';
+import { $, el, fillRows, showError, showOk, formData, stateBadge } from '../ui.js';
 
 boot();
 let groups = [];
@@ -9,7 +9,7 @@ let groups = [];
 function row(g) {
   return el('tr', { dataset: { name: g.name } }, el('td', {}, g.name), el('td', {}, `×${g.rate}`), el('td', {}, g.description),
     el('td', { class: 'usable' }, (g.usable_groups || []).join(', ')),
-    el('td', {}, g.enabled ? t('keys.enabled') : t('keys.disabled')),
+    el('td', {}, stateBadge(g.enabled)),
     el('td', { class: 'actions' },
       el('button', { class: 'small secondary', onclick: () => edit(g) }, t('common.edit')),
       el('button', { class: 'small danger', onclick: async () => {

@@ -12,10 +12,10 @@ const OTHER = ['cache_write_price', 'cache_write_1h_price', 'reasoning_price', '
 
 /** The components beyond the four columns, and the tiers, in a few words. */
 function others(p) {
-  const parts = OTHER.filter((k) => p[k]).map((k) => `${t(`admin.${k}`)}: ${p[k]}`);
+  const parts = OTHER.filter((k) => p[k]).map((k) => `${t(`admin.${k}`)}${t('common.colon')}${p[k]}`);
   for (const tier of p.tiers || []) {
     const { above, ...prices } = tier;
-    parts.push(`> ${above}: ` + Object.entries(prices).map(([k, v]) => `${t(`admin.${k}`)} ${v}`).join(', '));
+    parts.push(`> ${above}${t('common.colon')}` + Object.entries(prices).map(([k, v]) => `${t(`admin.${k}`)} ${v}`).join(', '));
   }
   return parts.join('; ');
 }
@@ -29,7 +29,8 @@ function source(p) {
 function row(p) {
   const priced = p.source !== 'none';
   return el('tr', { dataset: { model: p.model, group: p.group, source: p.source } },
-    el('td', {}, p.model), el('td', {}, p.group || t('admin.all_groups')), el('td', {}, source(p)),
+    el('td', { class: 'name' }, p.model), el('td', { class: 'name' }, p.group || t('admin.all_groups')),
+    el('td', {}, source(p)),
     ...MAIN.map((k) => el('td', {}, priced ? String(p[k]) : '')),
     el('td', { class: 'muted' }, priced ? others(p) : ''),
     el('td', { class: 'actions' },

@@ -1,7 +1,7 @@
 import { t } from '../i18n.js';
 import { get, post, put } from '../api.js';
 import { boot, user as me } from '../common.js';
-import { $, el, credits, toUnits, fillRows, showError, showOk, openDialog, toast, copyText } from '../ui.js';
+import { $, el, credits, toUnits, fillRows, showError, showOk, openDialog, toast, copyText, stateBadge } from '../ui.js';
 
 boot();
 const dlg = $('#adjust-dialog');
@@ -10,7 +10,7 @@ function row(u) {
   return el('tr', { dataset: { id: u.id, name: u.username } },
     el('td', {}, String(u.id)), el('td', {}, u.username), el('td', {}, u.email), el('td', {}, u.group),
     el('td', { class: 'quota' }, credits(u.quota)), el('td', {}, credits(u.used_quota)),
-    el('td', {}, u.status === 1 ? t('keys.enabled') : t('keys.disabled')),
+    el('td', {}, stateBadge(u.status === 1)),
     el('td', { class: 'actions' },
       el('button', { class: 'small adjust', onclick: () => adjust(u) }, t('admin.adjust')),
       el('button', { class: 'small secondary limits', onclick: () => limits(u) }, t('keys.limits')),

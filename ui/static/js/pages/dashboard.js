@@ -1,13 +1,18 @@
 import uPlot from '../../vendor/uplot/uPlot.esm.js';
-import { t } from '../i18n.js';
+import { locale, t } from '../i18n.js';
 import { get } from '../api.js';
 import * as live from '../live.js';
 import { boot, setBalance } from '../common.js';
-import { $, el, credits, when, showError, UNITS_PER_CREDIT } from '../ui.js';
+import { $, el, credits, num, when, showError, UNITS_PER_CREDIT } from '../ui.js';
 
 boot();
 
 const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#d97706', '#7c3aed', '#0891b2', '#db2777', '#4b5563'];
+// uPlot writes dates in English by default: the axis and the legend use the
+// console's language instead.
+const tickDay = new Intl.DateTimeFormat(locale, { month: 'short', day: 'numeric' });
+const legendDay = new Intl.DateTimeFormat(locale, { dateStyle: 'medium' });
+const valueFormat = new Intl.NumberFormat(locale, { maximumSignificantDigits: 4 });
 let daily = null;
 let plot = null;
 
@@ -21,9 +26,11 @@ function drawChart() {
   $('#chart-empty').hidden = models.length > 0;
   const total = metric === 'quota' ? daily.total_quota : daily.total_requests;
   const data = [daily.timestamps, total.map((v) => v * scale)];
-  const fmt = (v) => (v == null ? '--' : Number(v).toLocaleString(undefined, { maximumSignificantDigits: 4 }));
+  const fmt = (v) => (v == null ? '--' : valueFormat.format(v));
   const value = (u, v) => fmt(v);
-  const series = [{}, { label: t('dash.total'), stroke: '#111827', width: 2, value }];
+  const day = (u, ts) => (ts == null ? '--' : legendDay.format(new Date(ts * 1000)));
+  const series = [{ label: t('dash.date'), value: day },
+    { label: t('dash.total'), stroke: '#111827', width: 2, value }];
   models.forEach((m, i) => {
     data.push(daily[metric][m].map((v) => v * scale));
     series.push({ label: m, stroke: COLORS[i % COLORS.length], width: 1.5, value });
@@ -31,8 +38,9 @@ function drawChart() {
   const width = Math.max(280, box.clientWidth || 600);
   plot = new uPlot({
     width, height: 260, series,
-    axes: [{}, { label: metric === 'quota' ? t('dash.spend_axis') : t('dash.requests'),
-      size: 70, values: (u, vals) => vals.map(fmt) }],
+    axes: [{ values: (u, splits) => splits.map((ts) => tickDay.format(new Date(ts * 1000))) },
+      { label: metric === 'quota' ? t('dash.spend_axis') : t('dash.requests'),
+        size: 70, values: (u, vals) => vals.map(fmt) }],
     scales: { x: { time: true } },
   }, data, box);
   box.dataset.points = String(daily.timestamps.length);
@@ -42,7 +50,7 @@ function drawChart() {
 async function loadChart() {
   const tz = -new Date().getTimezoneOffset();
   daily = await get(`/api/log/self/daily?days=30&tz_offset=${tz}`);
-  $('#requests-30').textContent = daily.total_requests.reduce((a, b) => a + b, 0).toLocaleString();
+  $('#requests-30').textContent = num(daily.total_requests.reduce((a, b) => a + b, 0));
   drawChart();
 }
 

@@ -1,7 +1,7 @@
-import { t } from '../i18n.js';
+import { has, t } from '../i18n.js';
 import { get, post, put, del } from '../api.js';
 import { boot } from '../common.js';
-import { $, $$, el, credits, toUnits, fillRows, showError, showOk, toast, when } from '../ui.js';
+import { $, $$, el, credits, toUnits, fillRows, showError, showOk, toast, when, stateBadge } from '../ui.js';
 
 boot();
 let channels = [];
@@ -10,6 +10,12 @@ let keys = [];
 const form = $('#sub-form');
 
 function channelOf(type) { return channels.find((c) => c.type === type); }
+
+// The server describes its channels in English; the table has their words
+// in the console's language (a channel it does not know keeps the server's).
+function word(key, fallback) { return has(key) ? t(key) : fallback; }
+const channelLabel = (c) => word(`notify.ch.${c.type}`, c.label);
+const fieldLabel = (c, f) => word(`notify.field.${c.type}.${f.name}`, f.label);
 
 function objectEditor(name, value) {
   // Custom headers: one row per name/value pair.
@@ -34,15 +40,15 @@ function renderFields(type, config = {}) {
   if (!ch) return;
   for (const f of ch.fields) {
     const id = `cf-${f.name}`;
-    const label = el('label', { for: id }, f.label + (f.required ? ' *' : ''));
+    const label = el('label', { for: id }, fieldLabel(ch, f) + (f.required ? ' *' : ''));
     let input;
     if (f.kind === 'object') {
-      box.append(el('span', { class: 'label' }, f.label), objectEditor(f.name, config[f.name]));
+      box.append(el('span', { class: 'label' }, fieldLabel(ch, f)), objectEditor(f.name, config[f.name]));
       continue;
     } else if (f.kind === 'text') {
       input = el('textarea', { id, rows: 4, dataset: { field: f.name } }, config[f.name] || '');
     } else if (f.kind === 'choice') {
-      input = el('select', { id, dataset: { field: f.name } }, ...(f.choices || []).map((c) => el('option', { value: c }, c)));
+      input = el('select', { id, dataset: { field: f.name } }, ...(f.choices || []).map((c) => el('option', { value: c }, word(`notify.vendor.${c}`, c))));
       if (config[f.name]) input.value = config[f.name];
     } else {
       input = el('input', { id, type: f.secret ? 'password' : 'text', autocomplete: 'off', dataset: { field: f.name }, value: config[f.name] || '' });
@@ -120,8 +126,8 @@ function row(s) {
   return el('tr', { dataset: { id: s.id } },
     el('td', {}, s.name),
     el('td', { class: 'events' }, s.event_types.map((e) => el('span', { class: 'event', dataset: { event: e } }, eventText(s, e)))),
-    el('td', {}, ch ? ch.label : s.channel_type),
-    el('td', {}, s.enabled ? t('keys.enabled') : t('keys.disabled'), s.last_error ? el('span', { class: 'error' }, ` ${s.last_error}`) : ''),
+    el('td', {}, ch ? channelLabel(ch) : s.channel_type),
+    el('td', {}, stateBadge(s.enabled), s.last_error ? el('span', { class: 'error' }, ` ${s.last_error}`) : ''),
     el('td', { class: 'actions' },
       el('button', { class: 'small test', onclick: () => test(s) }, t('notify.send_test')),
       el('button', { class: 'small secondary', onclick: () => openForm(s) }, t('common.edit')),
@@ -231,7 +237,7 @@ $('#marketing-opt-in').addEventListener('change', async (ev) => {
 (async () => {
   get('/api/user/self').then((me) => { $('#marketing-opt-in').checked = !!me.marketing_opt_in; });
   channels = await get('/api/notify/channels');
-  $('#s-channel').replaceChildren(...channels.map((c) => el('option', { value: c.type }, c.label)));
+  $('#s-channel').replaceChildren(...channels.map((c) => el('option', { value: c.type }, channelLabel(c))));
   keys = (await get('/api/token/?size=200')).items;
   $('#s-keys').replaceChildren(...keys.map((k) => el('option', { value: String(k.id) }, k.name)));
   await load();

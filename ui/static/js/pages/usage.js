@@ -2,7 +2,7 @@ import { t } from '../i18n.js';
 import { get } from '../api.js';
 import * as live from '../live.js';
 import { boot } from '../common.js';
-import { $, el, credits, when, fillRows, showError } from '../ui.js';
+import { $, el, credits, num, when, fillRows, showError } from '../ui.js';
 
 boot();
 let page = 1;
@@ -28,8 +28,8 @@ const PARTS = ['cached_tokens', 'cache_write_5m_tokens', 'cache_write_1h_tokens'
   'audio_input_tokens', 'audio_output_tokens', 'image_input_tokens', 'image_output_tokens', 'units'];
 
 function tokens(r) {
-  const inOut = `${r.prompt_tokens || 0} / ${r.completion_tokens || 0}`;
-  const parts = PARTS.filter((f) => r[f] > 0).map((f) => t(`usage.part.${f}`, { n: r[f].toLocaleString() }));
+  const inOut = `${num(r.prompt_tokens)} / ${num(r.completion_tokens)}`;
+  const parts = PARTS.filter((f) => r[f] > 0).map((f) => t(`usage.part.${f}`, { n: num(r[f]) }));
   return parts.length ? [inOut, el('small', { class: 'parts' }, parts.join(' · '))] : inOut;
 }
 
@@ -44,7 +44,7 @@ function row(r) {
           t('usage.unpaid_badge', { unpaid: credits(r.unpaid) }))]
       : credits(r.quota)),
     el('td', {}, el('span', { class: `badge ${r.status >= 400 ? 's2' : 's1'}` }, String(r.status ?? ''))),
-    el('td', {}, r.duration_ms ? `${r.duration_ms} ms` : ''));
+    el('td', {}, r.duration_ms ? `${num(r.duration_ms)} ms` : ''));
 }
 
 async function load() {
@@ -55,10 +55,10 @@ async function load() {
   try {
     const data = await get(`/api/log/self?${q}`);
     fillRows($('#usage-table tbody'), data.items.map(row), 7);
-    $('#t-requests').textContent = data.totals.requests.toLocaleString();
+    $('#t-requests').textContent = num(data.totals.requests);
     $('#t-quota').textContent = credits(data.totals.quota);
     $('#t-unpaid').textContent = credits(data.totals.unpaid || 0);
-    $('#t-tokens').textContent = (data.totals.prompt_tokens + data.totals.completion_tokens).toLocaleString();
+    $('#t-tokens').textContent = num(data.totals.prompt_tokens + data.totals.completion_tokens);
     const pages = Math.max(1, Math.ceil(data.total / SIZE));
     $('#page-info').textContent = t('common.page', { page, pages });
     $('#prev').disabled = page <= 1;
