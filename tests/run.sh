@@ -44,6 +44,8 @@ command -v strace >/dev/null 2>&1 || need="$need strace"
 # Chromium only recommends fonts; without any, pages render as boxes.
 installed fonts-liberation || need="$need fonts-liberation"
 installed fonts-dejavu-core || need="$need fonts-dejavu-core"
+# The Chinese console (tests/ui/test_console_zh.py): a small CJK font, 1.6 MB.
+installed fonts-wqy-microhei || need="$need fonts-wqy-microhei"
 command -v npm >/dev/null 2>&1 || need="$need npm"
 python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
 if [ -n "$need" ]; then

@@ -33,10 +33,14 @@ def available() -> bool:
 class Browser:
     """One Chromium with a fresh profile; `quit()` removes the profile."""
 
-    def __init__(self, width: int = 1366, height: int = 768):
+    def __init__(self, width: int = 1366, height: int = 768, lang: str = ""):
+        """lang (e.g. "zh-CN"): the browser's language, sent as Accept-Language."""
         self.profile = tempfile.mkdtemp(prefix="chromium-")
         opts = webdriver.ChromeOptions()
         opts.binary_location = CHROMIUM
+        if lang:
+            opts.add_argument(f"--lang={lang}")
+            opts.add_experimental_option("prefs", {"intl.accept_languages": f"{lang},{lang.split('-')[0]}"})
         for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                      "--no-first-run", "--disable-background-networking",
                      "--disable-component-update", "--disable-sync",
