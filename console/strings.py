@@ -18,10 +18,16 @@ DEFAULT = "en"
 MAX_TAG = 35
 _TAG = re.compile(r"[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*")
 _cache: dict[str, tuple[float, dict]] = {}
+_listed: tuple[float, list[str]] = (-1.0, [])
 
 
 def available() -> list[str]:
-    return sorted(f[:-5] for f in os.listdir(I18N_DIR) if f.endswith(".json"))
+    """The languages there is a file for (read again when the folder changes)."""
+    global _listed
+    mtime = os.path.getmtime(I18N_DIR)
+    if _listed[0] != mtime:
+        _listed = (mtime, sorted(f[:-5] for f in os.listdir(I18N_DIR) if f.endswith(".json")))
+    return list(_listed[1])
 
 
 def normalize(tag) -> str | None:

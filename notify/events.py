@@ -112,7 +112,8 @@ class Events:
         occurrence = event.get("occurrence") or event["_id"]
         for s in subs:
             user = users.get(s["user_id"], {})
-            title, content, threshold = self._text(etype, p, s, key_name, words.language(user))
+            lang = words.language(user) if etype in WARNINGS else ""  # the rest stays as written
+            title, content, threshold = self._text(etype, p, s, key_name, lang)
             docs.append({
                 "_id": f"{occurrence}|{s['_id']}", "event_id": occurrence, "sub_id": s["_id"],
                 "user_id": s["user_id"], "channel_type": s["channel_type"], "event_type": etype,
