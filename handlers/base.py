@@ -22,6 +22,7 @@ from handlers.sessions import SessionMixin, session_user  # noqa: F401 (shared f
 from models.records import ROLE_ADMIN, USER_ENABLED
 from relay.serving import jsonin
 from relay.serving.buglog import log_bug
+from relay.catalog import MAX_KEY_LENGTH
 from relay.errors import RelayError
 
 log = logging.getLogger("relay.handlers")
@@ -301,6 +302,8 @@ class ApiHandler(SessionMixin, Base):
         auth = self.request.headers.get("Authorization", "")
         if auth.lower().startswith("bearer "):
             token = auth[7:].strip()
+            if len(token) > MAX_KEY_LENGTH:
+                return None  # no access token is this long: not looked up
             if token and not token.startswith("sk-"):
                 doc = await self.store.db.users.find_one(
                     {"access_token_hash": self.ctx["vault"].lookup_hash(token)})

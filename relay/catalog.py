@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 
-from cachetools import LRUCache, TTLCache
+from cachetools import TTLCache
 
 from models.records import Channel, Group, Price, Token, User
 from models.store import sort_by_id
@@ -27,6 +27,10 @@ from relay.serving.background import cancel_and_wait
 log = logging.getLogger("relay.catalog")
 
 _MISSING = object()
+# The longest API key looked up.  Ours are 51 characters; anything much
+# longer is not a key of this relay, and a client may send up to Tornado's
+# header limit (64 KB) in every request.
+MAX_KEY_LENGTH = 256
 
 
 class Catalog:
@@ -38,9 +42,13 @@ class Catalog:
         self.groups: dict[str, Group] = {}
         self.prices: dict[tuple[str, str], Price] = {}
         self.channels: list[Channel] = []
+        # Keyed by the key's keyed hash, never by the key: a cache of what
+        # clients sent must not hold their secrets, nor grow with their size.
         self._tokens: TTLCache = TTLCache(maxsize=100_000, ttl=ttl)
+        # Hashes that are no key, apart: wrong keys sent by anyone cannot
+        # push the keys in use out of the cache above.
+        self._no_token: TTLCache = TTLCache(maxsize=10_000, ttl=ttl)
         self._token_hash_by_id: dict[int, str] = {}
-        self._hash_of: LRUCache = LRUCache(maxsize=100_000)
         self._users: TTLCache = TTLCache(maxsize=100_000, ttl=ttl)
         self._poller: asyncio.Task | None = None
         self._last_seen = 0.0
@@ -88,17 +96,22 @@ class Catalog:
 
     # ---- lookups (hot path) ------------------------------------------------
     async def token_by_key(self, key: str) -> Token | None:
-        # The keyed hash costs an HMAC per request; remember it per key.
-        h = self._hash_of.get(key)
-        if h is None:
-            h = self._hash_of[key] = self.vault.lookup_hash(key)
+        """The key's token, or None: no such key, or one longer than
+        MAX_KEY_LENGTH (refused before it is hashed or looked up)."""
+        if len(key) > MAX_KEY_LENGTH:
+            return None
+        h = self.vault.lookup_hash(key)
         hit = self._tokens.get(h, _MISSING)
         if hit is not _MISSING:
             return hit
+        if h in self._no_token:
+            return None
         doc = await self.store.db.tokens.find_one({"key_hash": h})
-        tok = Token.from_doc(doc) if doc else None
-        if tok is not None:
-            self._token_hash_by_id[tok.id] = h
+        if doc is None:
+            self._no_token[h] = True
+            return None
+        tok = Token.from_doc(doc)
+        self._token_hash_by_id[tok.id] = h
         self._tokens[h] = tok
         return tok
 
@@ -142,8 +155,10 @@ class Catalog:
             h = self._token_hash_by_id.pop(ident, None) if isinstance(ident, int) else ident
             if h:
                 self._tokens.pop(h, None)
+                self._no_token.pop(h, None)
             elif ident is None:
                 self._tokens.clear()
+                self._no_token.clear()
         elif kind == "user":
             if ident is None:
                 self._users.clear()

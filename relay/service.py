@@ -25,6 +25,7 @@ from relay import registry
 from relay.money import pricing, tokenizer
 from relay.adaptors.base import Call, retryable, serves
 from relay.attempts import Outcome, Sink, attempt_plain, attempt_stream
+from relay.catalog import MAX_KEY_LENGTH
 from relay.money.billing import QuotaExhausted
 from relay.serving.buglog import log_bug
 from relay.errors import RelayError, forbidden, unauthorized
@@ -66,6 +67,9 @@ class RelayService:
         if not key:
             raise unauthorized("No API key was given. Send it as 'Authorization: Bearer sk-...'.",
                                "missing_api_key")
+        if len(key) > MAX_KEY_LENGTH:
+            raise unauthorized(f"The API key is longer than {MAX_KEY_LENGTH} characters: it is "
+                               "not a key of this relay.", "invalid_api_key")
         token = await self.catalog.token_by_key(key)
         if token is None:
             raise unauthorized("The API key is not valid.")
