@@ -127,6 +127,7 @@ class NotFoundHandler(RelayHandler):
     api_shape = False
     path_family = None  # set by routes under one vendor's own prefix
     buffer_body = False
+    key_first = False  # an unknown path is a 404 with or without a key; its body is not kept
 
     def answer(self, *args, **kwargs):
         path = self.request.path

@@ -26,8 +26,9 @@ def _refuse_after_body(prepare):
     wrong key, an unknown path, a malformed upload header) is answered once
     the body is in, the body dropped meanwhile.  Answering while the client
     is still sending would close the connection under it, and the client
-    would see a reset instead of our answer.  413 is still answered at once:
-    that body is not going to be read."""
+    would see a reset instead of our answer.  413, and a wrong key with a
+    large body (RelayHandler.prepare), are still answered at once: that body
+    is not going to be read."""
     @functools.wraps(prepare)
     async def wrapper(self):
         try:
@@ -35,7 +36,7 @@ def _refuse_after_body(prepare):
             if result is not None:
                 await result
         except RelayError as err:
-            if err.status == 413:
+            if err.status == 413 or getattr(self, "_close", False):
                 raise
             self.data_received = _drop
             setattr(self, self.request.method.lower(), functools.partial(_raise, err))
@@ -61,6 +62,10 @@ class RelayHandler(Base):
 
     family = "openai"
     buffer_body = True  # False: the subclass consumes data_received itself
+    # A body that is not read whole before the handler runs (over EAGER_BODY,
+    # or chunked) is read only once the key is known to be valid: a stranger
+    # may make us hold EAGER_BODY at most.  False for routes that need no key.
+    key_first = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -79,6 +84,7 @@ class RelayHandler(Base):
         self.closed = False
         self._flush_due = False
         self._call_soon = None
+        self._auth = None
 
     async def prepare(self) -> None:
         limit = self.config.max_body_bytes
@@ -89,6 +95,22 @@ class RelayHandler(Base):
             raise RelayError(413, f"The request body is larger than the limit of "
                                   f"{self.config.max_body_mb} MB.", "invalid_request_error",
                              "request_too_large")
+        if self.key_first and self._body_streams():
+            try:
+                self._auth = await self.auth()
+            except RelayError:
+                # Answered now, unread, and the connection closed after it:
+                # a caller without a valid key does not get to send us megabytes.
+                self._close = True
+                raise
+
+    def _body_streams(self) -> bool:
+        """Whether the body comes in after prepare() (BodyFirst did not read it)."""
+        headers = self.request.headers
+        if "Transfer-Encoding" in headers:
+            return True
+        length = headers.get("Content-Length", "")
+        return length.isdigit() and int(length) > EAGER_BODY
 
     def data_received(self, chunk: bytes) -> None:
         if not self.buffer_body:
@@ -128,8 +150,11 @@ class RelayHandler(Base):
         return key.strip() if key else None
 
     async def auth(self):
-        return await self.ctx["service"].authenticate(self.api_key(), self.client_ip(),
-                                                      self.request.host)
+        """The caller's Auth (once a request: prepare() may have asked already)."""
+        if self._auth is None:
+            self._auth = await self.ctx["service"].authenticate(self.api_key(), self.client_ip(),
+                                                                self.request.host)
+        return self._auth
 
     async def run_relay(self, auth, call, face, after=None) -> None:
         """Relay one call through the service and write its answer in the

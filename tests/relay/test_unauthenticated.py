@@ -4,6 +4,8 @@ every place a key is read, and large bodies behind a wrong key.  Memory is
 the relay's own, read from /proc."""
 from __future__ import annotations
 
+import socket
+
 import requests
 
 from tests.helpers import free_port  # noqa: F401 (tests pick their ports through it)
@@ -54,3 +56,40 @@ def test_a_key_over_256_characters_is_refused_before_any_lookup(relay):
     # An /api access token of that length is not looked up either.
     r = requests.get(relay.url + "/api/user/self", headers={"Authorization": f"Bearer at-{over}"})
     assert r.status_code == 401 and r.json()["success"] is False
+
+
+def test_a_large_body_behind_a_wrong_key_is_not_read(relay):
+    """32 MB announced with a wrong key: the 401 comes before the body is
+    sent (the connection is closed after it), so nothing of it is held."""
+    for key in ("sk-wrong", "sk-" + "y" * 300):
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: relay\r\n"
+                         b"Authorization: Bearer " + key.encode() + b"\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: 33554000\r\n\r\n"
+                         + b"{" + b" " * 1000)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = sock.recv(4096)
+                assert data, "closed without an answer"
+                head += data
+        lines = head.split(b"\r\n")
+        assert lines[0].startswith(b"HTTP/1.1 401"), lines[0]
+        assert b"Connection: close" in lines
+
+
+def test_chunked_body_behind_a_wrong_key_is_not_read(relay):
+    with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: relay\r\n"
+                     b"x-api-key: sk-wrong\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"100\r\n" + b" " * 256 + b"\r\n")
+        head = sock.recv(4096)
+    assert head.startswith(b"HTTP/1.1 401"), head[:100]
+
+
+def test_a_wrong_key_with_a_small_body_still_gets_its_answer_on_a_kept_connection(relay):
+    """Small bodies are read first (BodyFirst), so the connection stays usable."""
+    s = requests.Session()
+    for _ in range(3):
+        r = s.post(relay.url + "/v1/chat/completions", headers={"Authorization": "Bearer sk-no"},
+                   json={"model": "m", "messages": [{"role": "user", "content": "x" * 1000}]})
+        assert r.status_code == 401 and r.headers.get("Connection") != "close"

@@ -24,6 +24,8 @@ from tests.helpers import recv_all
 
 
 class _Echo(RelayHandler):
+    key_first = False  # no relay service here: the body's path, not the key, is tested
+
     def initialize(self) -> None:
         super().initialize()
         self.pieces = 0
