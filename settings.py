@@ -102,6 +102,8 @@ class Settings:
     # Reverse proxies and CDNs whose X-Forwarded-For, X-Real-IP and
     # X-Forwarded-Proto are believed (CIDRs, comma-separated); empty: none.
     trusted_proxies: str = ""
+    # Most API keys one account may have (a new one past it is refused with 409).
+    max_keys_per_user: int = 1000
     # Let notifications reach private and loopback addresses (off: refused, an SSRF guard).
     allow_private_webhooks: bool = False
     # SMTP server for the e-mail channel (empty: e-mail notifications are off).

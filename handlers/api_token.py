@@ -6,17 +6,22 @@ catalog.changed(), so the next relay request already sees it.
 """
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
 from handlers.api_fields import _int, limit_fields, paged
 from handlers.base import ApiError, ApiHandler, ident
+from models import netlist
 from models.records import (BILLING_MODES, LIMIT_FIELDS, MAX_QUOTA, TOKEN_DISABLED, TOKEN_ENABLED,
-                            TOKEN_EXHAUSTED, TOKEN_EXPIRED, User, parse_networks)
+                            TOKEN_EXHAUSTED, TOKEN_EXPIRED, User)
 from models.secrets import mask, new_api_key
-from models.store import now
+from models.store import insert_capped, now
 from relay.serving import jsonin
 from relay.money.billing import TOKEN
+
+# The models a key may be locked to: more is no lock anyone types.
+MAX_MODEL_LIMITS = 1000
 
 
 def token_view(handler: ApiHandler, doc: dict, reveal: bool = False) -> dict:
@@ -43,6 +48,19 @@ def token_view(handler: ApiHandler, doc: dict, reveal: bool = False) -> dict:
     }
 
 
+async def allow_list(fields: dict) -> dict:
+    """`fields` with the allow-list's entries collapsed into networks
+    (models/netlist.py); a long list is parsed on a worker thread."""
+    if "allow_nets" in fields:
+        items = fields["allow_nets"]
+        try:
+            fields["allow_nets"] = (netlist.compile(items) if len(items) <= 16 else
+                                    await asyncio.to_thread(netlist.compile, items))
+        except ValueError as exc:
+            raise ApiError(400, f"allow_ips: {exc}.") from None
+    return fields
+
+
 def clean_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
     """Validate the writable fields present in body."""
     out: dict = {}
@@ -67,19 +85,19 @@ def clean_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
             raise ApiError(400, f"The group {group!r} is disabled.")
         out["group"] = group
     if "allow_ips" in body:
-        raw = body["allow_ips"] or ""
-        if isinstance(raw, list):
-            raw = "\n".join(str(x) for x in raw)
         try:
-            parse_networks(raw)
+            items = netlist.entries(body["allow_ips"])
         except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
-        out["allow_ips"] = "\n".join(x for x in re.split(r"[\s,;]+", str(raw)) if x)
+            raise ApiError(400, f"allow_ips: {exc}.") from None
+        out["allow_ips"] = "\n".join(items)
+        out["allow_nets"] = items  # collapsed by allow_list(), off the event loop
     if "model_limits_enabled" in body:
         out["model_limits_enabled"] = bool(body["model_limits_enabled"])
     if "model_limits" in body:
         raw = body["model_limits"] or []
         items = raw if isinstance(raw, list) else jsonin.text(raw, "model_limits", 100_000).split(",")
+        if len(items) > MAX_MODEL_LIMITS:
+            raise ApiError(400, f"model_limits: at most {MAX_MODEL_LIMITS} models.")
         names = {jsonin.text(m, "model_limits", 200).strip() for m in items}
         out["model_limits"] = sorted(n for n in names if n)
     if "billing_mode" in body:
@@ -111,7 +129,7 @@ class TokensHandler(ApiHandler):
     async def post(self) -> None:
         user = self.require_user()
         body = self.body_json()
-        fields = clean_fields(self, body, creating=True)
+        fields = await allow_list(clean_fields(self, body, creating=True))
         fields.setdefault("group", user.get("group") or "default")
         if fields["group"] not in self.ctx["catalog"].groups:
             raise ApiError(400, f"There is no group named {fields['group']!r}.")
@@ -122,10 +140,13 @@ class TokensHandler(ApiHandler):
         doc = {"_id": await self.store.next_id("tokens"), "user_id": user["_id"],
                "key_hash": vault.lookup_hash(key), "key_enc": vault.encrypt(key),
                "status": TOKEN_ENABLED, "quota": remain, "used_quota": 0, "leases": {},
-               "unlimited_quota": False, "expired_time": -1, "allow_ips": "",
+               "unlimited_quota": False, "expired_time": -1,
+               "allow_ips": "", "allow_nets": {"n": 0},
                "model_limits_enabled": False, "model_limits": [], "billing_mode": "per_token",
                "created_time": now(), "accessed_time": 0, **fields}
-        await self.store.db.tokens.insert_one(doc)
+        cap = self.config.max_keys_per_user
+        if not await insert_capped(self.store.db.tokens, doc, {"user_id": user["_id"]}, cap):
+            raise ApiError(409, f"An account can have at most {cap} keys; delete one first.")
         self.ok(token_view(self, doc, reveal=True), "Key created.")
 
     async def put(self) -> None:
@@ -135,7 +156,7 @@ class TokensHandler(ApiHandler):
         status_only = self.flag_arg("status_only")
         if status_only:
             body = {"status": body.get("status")}
-        fields = clean_fields(self, body, creating=False)
+        fields = await allow_list(clean_fields(self, body, creating=False))
         if "group" in fields:
             owner = (self.current_user if doc["user_id"] == self.current_user["_id"]
                      else await self.store.db.users.find_one({"_id": doc["user_id"]}) or {})

@@ -5,8 +5,10 @@ takes requests.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 
+from models import netlist
 from models.records import to_decimal
 from models.secrets import mask
 from models.store import PyMongoError
@@ -55,10 +57,30 @@ async def seed_usable_groups(store) -> int:
     return n
 
 
+async def compile_allow_lists(store) -> int:
+    """Keys saved before allow-lists were stored collapsed get their
+    networks (`allow_nets`, models/netlist.py), parsed on a worker thread,
+    so that loading the key is cheap.  A list over today's bounds is kept
+    whole: the key goes on working.  Returns how many keys changed."""
+    n = 0
+    async for doc in store.db.tokens.find({"allow_nets": {"$exists": False}},
+                                          {"_id": 1, "allow_ips": 1}):
+        nets = await asyncio.to_thread(netlist.legacy, doc.get("allow_ips") or "")
+        await store.db.tokens.update_one({"_id": doc["_id"]}, {"$set": {"allow_nets": nets}})
+        if nets["n"] > netlist.MAX_NETWORKS:
+            log.warning("key %s: its allow-list is %d networks (a new one may have %d)",
+                        doc["_id"], nets["n"], netlist.MAX_NETWORKS)
+        n += 1
+    if n:
+        log.info("allow-lists: %d keys compiled", n)
+    return n
+
+
 def install(app) -> None:
     async def on_start(_app) -> None:
         s = app.settings
         await hash_redemption_codes(s["store"], s["vault"])
+        await compile_allow_lists(s["store"])
         if await seed_usable_groups(s["store"]):
             await s["catalog"].reload_groups()
     app.settings["on_start"].insert(0, on_start)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from models.netlist import NetList
+
 # 500,000 units = 1 credit = 1 USD of official price (one-api/new-api count).
 QUOTA_PER_USD = 500_000
 # The largest balance or amount the API accepts (2 billion USD): far from
@@ -125,7 +127,7 @@ class Token:
     group: str
     unlimited_quota: bool
     expired_time: int
-    allow_ips: tuple
+    allow_ips: NetList  # empty: any address (models/netlist.py)
     model_limits_enabled: bool
     model_limits: frozenset
     billing_mode: str
@@ -137,7 +139,7 @@ class Token:
                    status=int(d.get("status", TOKEN_ENABLED)), group=d.get("group") or "default",
                    unlimited_quota=bool(d.get("unlimited_quota")),
                    expired_time=int(d.get("expired_time", -1)),
-                   allow_ips=parse_networks(d.get("allow_ips")),
+                   allow_ips=NetList.of(d),
                    model_limits_enabled=bool(d.get("model_limits_enabled")),
                    model_limits=frozenset(d.get("model_limits") or ()),
                    billing_mode=d.get("billing_mode") or "per_token", limits=limits_of(d))
@@ -146,15 +148,7 @@ class Token:
         return self.expired_time not in (-1, 0) and self.expired_time <= (now or time.time())
 
     def ip_allowed(self, ip: str) -> bool:
-        if not self.allow_ips:
-            return True
-        try:
-            addr = ipaddress.ip_address(ip)
-        except ValueError:
-            return False
-        if addr.version == 6 and addr.ipv4_mapped:
-            addr = addr.ipv4_mapped
-        return any(addr in net for net in self.allow_ips if net.version == addr.version)
+        return not self.allow_ips or self.allow_ips.contains(ip)
 
     def model_allowed(self, model: str) -> bool:
         return not self.model_limits_enabled or model in self.model_limits

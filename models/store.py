@@ -18,7 +18,7 @@ from models.compat import Quirks, find_page, probe, sort_by_id
 from models.embedded import EmbeddedMongo
 
 __all__ = ["Store", "DuplicateKeyError", "PyMongoError", "ReturnDocument", "ASCENDING", "DESCENDING",
-           "insert_records", "all_of", "DUPLICATE_KEY", "sort_by_id"]
+           "insert_records", "insert_capped", "all_of", "DUPLICATE_KEY", "sort_by_id"]
 
 # Matched by code, never by text: nx-27017 says "UNIQUE constraint failed"
 # where MongoDB says "E11000 duplicate key error".
@@ -130,6 +130,24 @@ async def insert_records(coll, docs: list[dict]) -> int:
                 e.get("code") != DUPLICATE_KEY for e in errors):
             raise
         return int(exc.details.get("nInserted") or 0)
+
+
+async def insert_capped(coll, doc: dict, scope: dict, cap: int) -> bool:
+    """Insert `doc` unless more than `cap` documents would then match
+    `scope` (a user's keys, say); False, and nothing inserted, if so.
+
+    Exact across processes without a counter to keep in step: the document
+    is inserted, then counted with the rest, and taken out again if the
+    count is over.  Racing inserts at the cap may all be refused (each sees
+    the others), never all let in.
+    """
+    if await coll.count_documents(scope) >= cap:
+        return False
+    await coll.insert_one(doc)
+    if await coll.count_documents(scope) <= cap:
+        return True
+    await coll.delete_one({"_id": doc["_id"]})
+    return False
 
 
 def now() -> int:

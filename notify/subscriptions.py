@@ -17,7 +17,7 @@ import re
 import time
 
 from models.secrets import mask
-from models.store import now, sort_by_id
+from models.store import insert_capped, now, sort_by_id
 from notify import channels, templates
 
 EVENT_TYPES = ("announcement", "marketing", "user_quota_warning", "key_quota_warning")
@@ -190,11 +190,11 @@ class Subscriptions:
 
     async def create(self, user: dict, body: dict) -> dict:
         fields = await self.clean(user, body)
-        if await self.coll.count_documents({"user_id": user["_id"]}) >= MAX_PER_USER:
-            raise Invalid(f"An account can have at most {MAX_PER_USER} subscriptions.")
         doc = {"_id": await self.store.next_id("notify_subscriptions"), "user_id": user["_id"],
                "created_at": now(), "updated_at": now(), "last_error": "", **fields}
-        await self.coll.insert_one(doc)
+        # Exact under racing creates, in any number of processes.
+        if not await insert_capped(self.coll, doc, {"user_id": user["_id"]}, MAX_PER_USER):
+            raise Invalid(f"An account can have at most {MAX_PER_USER} subscriptions.")
         await self._changed(user["_id"])
         return doc
 

@@ -585,6 +585,28 @@ def test_limit_permit_shapes(db):
     case(db, body)
 
 
+def test_allow_list_migration_and_key_cap_shapes(db):
+    """models/migrations.py finds keys without `allow_nets` (projected), and
+    models/store.insert_capped counts a user's keys after inserting one."""
+    async def body(db):
+        await db.tokens.insert_many([
+            {"_id": 1, "user_id": 7, "allow_ips": "10.0.0.0/8"},
+            {"_id": 2, "user_id": 7, "allow_ips": "", "allow_nets": {"n": 0, "v4": "", "v6": ""}},
+            {"_id": 3, "user_id": 8, "allow_ips": ""}])
+        old = [d async for d in db.tokens.find({"allow_nets": {"$exists": False}},
+                                               {"_id": 1, "allow_ips": 1})]
+        assert sorted(d["_id"] for d in old) == [1, 3]
+        assert all(set(d) == {"_id", "allow_ips"} for d in old)
+        await db.tokens.update_one({"_id": 1}, {"$set": {"allow_nets": {"n": 1, "v4": "0a00"}}})
+        assert (await db.tokens.find_one({"_id": 1}))["allow_nets"] == {"n": 1, "v4": "0a00"}
+        assert await db.tokens.count_documents({"user_id": 7}) == 2
+        await db.tokens.insert_one({"_id": 4, "user_id": 7})
+        assert await db.tokens.count_documents({"user_id": 7}) == 3
+        await db.tokens.delete_one({"_id": 4})
+        assert await db.tokens.count_documents({"user_id": 7}) == 2
+    case(db, body)
+
+
 def test_every_known_deviation_names_a_raw_test():
     """A pin for a test that does not check it would pass unseen."""
     import inspect

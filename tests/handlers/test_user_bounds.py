@@ -1,0 +1,169 @@
+"""Bounded work per user (issue 31, item 2), tried as a signed-in user would
+over real sockets: allow-lists, model locks, keys and subscriptions per
+account, the rate limit on /api and the statistics' range.  The relay's CPU
+is read from /proc; a concurrent /api/ping probe watches the event loop."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import threading
+import uuid
+
+import pytest
+import requests
+
+from tests.helpers import USER_PASSWORD, Api, RelayProcess
+
+MODEL = "gpt-4o-mini"
+
+
+@pytest.fixture(scope="module")
+def relay(mongo_url, tmp_path_factory):
+    p = RelayProcess(mongo_url, str(tmp_path_factory.mktemp("bounds")),
+                     env={"RELAY_MAX_KEYS_PER_USER": "5"}).start()
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(relay, fake) -> Api:
+    a = Api.login(relay.url)
+    a.create_channel(fake.url, [MODEL], name="c")
+    a.set_price(MODEL, input_price=1, output_price=2)
+    return a
+
+
+def someone(admin, relay) -> Api:
+    name = "u" + uuid.uuid4().hex[:8]
+    admin.create_user(name, quota=10_000_000)
+    return Api.login(relay.url, name, USER_PASSWORD)
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Pinger:
+    """/api/ping one after another on its own connection while an attack runs."""
+
+    def __init__(self, base: str):
+        self.base, self.answered, self.failed = base, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        s = requests.Session()
+        while not self._stop.is_set():
+            ok = s.get(self.base + "/api/ping", timeout=60).status_code == 200
+            self.answered += ok
+            self.failed += not ok
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def chat(relay, key):
+    return requests.post(relay.url + "/v1/chat/completions",
+                         headers={"Authorization": f"Bearer {key}"},
+                         json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+
+
+# ---- allow-lists ---------------------------------------------------------------
+def test_a_huge_allow_list_is_refused_before_it_is_parsed(relay, admin):
+    api = someone(admin, relay)
+    tok = api.create_token(name="big", remain_quota=1_000_000)
+    huge = "\n".join(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}" for i in range(500_000))
+    pid = relay.proc.pid
+    with Pinger(relay.url) as probe:
+        before = cpu_seconds(pid)
+        r = api.s.put(relay.url + "/api/token/", json={"id": tok["id"], "allow_ips": huge})
+        spent = cpu_seconds(pid) - before
+    assert r.status_code == 400 and "at most 64 KB" in r.json()["message"]
+    # Parsed and scanned on the event loop this was 2.4-3.6 s of CPU (and the
+    # probe waited as long); now it is the JSON body and a length check.
+    assert spent < 0.5, f"{spent:.2f} s of CPU for one refused save"
+    assert probe.failed == 0
+    r = api.s.put(relay.url + "/api/token/", json={"id": tok["id"], "allow_ips": huge.split()})
+    assert r.status_code == 400 and "at most 1024 entries" in r.json()["message"]
+    assert chat(relay, tok["key"]).status_code == 200  # the key is as it was
+
+
+def test_allow_list_bounds_are_after_merging(relay, admin):
+    api = someone(admin, relay)
+    tok = api.create_token(name="nets", remain_quota=1_000_000)
+    # 256 networks, one of them holding the client (127.0.0.1): the bound.
+    nets = ["127.0.0.0/24"] + [f"10.{i}.{i}.0/24" for i in range(1, 256)]
+    r = api.s.put(relay.url + "/api/token/", json={"id": tok["id"], "allow_ips": "\n".join(nets)})
+    assert r.status_code == 200, r.text
+    assert r.json()["data"]["allow_ips"] == "\n".join(nets)  # shown as typed
+    assert chat(relay, tok["key"]).status_code == 200
+    r = api.s.put(relay.url + "/api/token/", json={"id": tok["id"], "allow_ips": nets[1:]})
+    assert r.status_code == 200
+    assert chat(relay, tok["key"]).status_code == 403
+    over = nets + ["10.0.255.0/24"]
+    r = api.s.put(relay.url + "/api/token/", json={"id": tok["id"], "allow_ips": over})
+    assert r.status_code == 400 and "257 networks" in r.json()["message"]
+    # 1,024 addresses that merge into 4 /24s are fine; 1,025 entries are not.
+    many = [f"127.0.{i // 256}.{i % 256}" for i in range(1024)]
+    r = api.s.put(relay.url + "/api/token/", json={"id": tok["id"], "allow_ips": many})
+    assert r.status_code == 200, r.text
+    assert chat(relay, tok["key"]).status_code == 200
+    r = api.s.put(relay.url + "/api/token/", json={"id": tok["id"],
+                                                   "allow_ips": many + ["127.1.0.1"]})
+    assert r.status_code == 400 and "at most 1024 entries" in r.json()["message"]
+    r = api.s.put(relay.url + "/api/token/", json={"id": tok["id"], "allow_ips": "127.0.0.1/33"})
+    assert r.status_code == 400 and "not an IP address" in r.json()["message"]
+
+
+def test_an_allow_list_saved_before_the_bounds_keeps_working(relay, admin, mongo_url):
+    """A key saved without `allow_nets` (an older relay) is read from its text."""
+    from pymongo import MongoClient
+    api = someone(admin, relay)
+    tok = api.create_token(name="old", remain_quota=1_000_000)
+    db = MongoClient(mongo_url)[relay.db_name]
+    db.tokens.update_one({"_id": tok["id"]}, {"$set": {"allow_ips": "10.0.0.0/8\n127.0.0.1"},
+                                              "$unset": {"allow_nets": ""}})
+    api.put("/api/token/", {"id": tok["id"], "name": "renamed"})  # drops the cached key
+    assert chat(relay, tok["key"]).status_code == 200
+
+
+def test_model_lock_is_bounded(relay, admin):
+    api = someone(admin, relay)
+    tok = api.create_token(name="lock", remain_quota=10)
+    names = [f"m{i}" for i in range(1000)]
+    api.put("/api/token/", {"id": tok["id"], "model_limits": names})
+    r = api.s.put(relay.url + "/api/token/", json={"id": tok["id"], "model_limits": names + ["x"]})
+    assert r.status_code == 400 and "at most 1000 models" in r.json()["message"]
+
+
+# ---- counts per account ----------------------------------------------------------
+def test_keys_per_account_are_capped_also_when_created_at_once(relay, admin):
+    api = someone(admin, relay)
+    with cf.ThreadPoolExecutor(10) as pool:
+        codes = list(pool.map(lambda i: api.s.post(relay.url + "/api/token/",
+                                                   json={"name": f"k{i}"}).status_code, range(10)))
+    assert set(codes) <= {200, 409} and codes.count(200) <= 5
+    have = api.get("/api/token/?size=100")["data"]["total"]
+    assert have == codes.count(200) <= 5
+    while api.get("/api/token/?size=100")["data"]["total"] < 5:
+        api.create_token(name="more")
+    r = api.s.post(relay.url + "/api/token/", json={"name": "sixth"})
+    assert r.status_code == 409 and "at most 5 keys" in r.json()["message"]
+
+
+def test_subscriptions_per_account_are_capped_also_when_created_at_once(relay, admin):
+    api = someone(admin, relay)
+    body = {"name": "w", "event_types": ["announcement"], "channel_type": "webhook",
+            "channel_config": {"url": "http://127.0.0.1:9/hook"}}
+    with cf.ThreadPoolExecutor(16) as pool:
+        codes = list(pool.map(lambda i: api.s.post(relay.url + "/api/subscription/",
+                                                   json=body).status_code, range(60)))
+    assert set(codes) <= {200, 400, 429}
+    assert len(api.get("/api/subscription/")["data"]) <= 50
