@@ -24,6 +24,7 @@ from tornado.ioloop import PeriodicCallback
 
 import settings as settings_mod
 from handlers import proxies
+from handlers.api_rate import ApiRate
 from handlers.relay_base import BodyFirstRouting
 from models import passwords
 from models.datadir import DataDirBusy, DataDirLock
@@ -133,7 +134,8 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
         config=config, store=store, bus=bus, vault=vault, catalog=catalog, billing=billing,
         usage_log=usage_log, scheduler=scheduler, upstream=upstream, service=service,
         responses=responses,
-        started_at=time.time(), on_start=[], on_stop=[], trusted_proxies=trusted)
+        started_at=time.time(), on_start=[], on_stop=[], trusted_proxies=trusted,
+        api_rate=ApiRate(config.api_rate_limit))
     for name in INSTALLERS:
         importlib.import_module(name).install(app)
     return app

@@ -102,6 +102,10 @@ class Settings:
     # Reverse proxies and CDNs whose X-Forwarded-For, X-Real-IP and
     # X-Forwarded-Proto are believed (CIDRs, comma-separated); empty: none.
     trusted_proxies: str = ""
+    # Units of /api work a signed-in user (not an administrator) may use a minute, and at
+    # once: a call is 1, a page of the usage log 2, a statistics chart 1 per 3 days, a CSV
+    # export 60 (over it: 429 with Retry-After); 0: no limit.  Counted per relay process.
+    api_rate_limit: int = 600
     # Most API keys one account may have (a new one past it is refused with 409).
     max_keys_per_user: int = 1000
     # Let notifications reach private and loopback addresses (off: refused, an SSRF guard).

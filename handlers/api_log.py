@@ -70,6 +70,7 @@ async def totals(handler: ApiHandler, flt: dict) -> dict:
 
 class SelfLogHandler(ApiHandler):
     own_only = True
+    API_COST = 2  # a page and an aggregation for the totals
 
     async def get(self) -> None:
         self.require_user() if self.own_only else self.require_admin()

@@ -179,6 +179,11 @@ class ApiHandler(SessionMixin, Base):
     open_before_password_change = False
     # The HTTP methods this handler answers (the others get 405).
     ALLOWED_METHODS: tuple = ()
+    # What a call costs of the caller's /api rate limit (handlers/api_rate.py),
+    # and whether it is one of the heavy ones (exports, statistics) that may
+    # run only a few at a time per user.
+    API_COST = 1
+    HEAVY = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -205,6 +210,7 @@ class ApiHandler(SessionMixin, Base):
         self._size = 0
         self._oversized = False
         self._refused: ApiError | None = None
+        self._heavy_user: int | None = None
 
     def data_received(self, chunk: bytes) -> None:
         self._size += len(chunk)
@@ -296,6 +302,44 @@ class ApiHandler(SessionMixin, Base):
             if not sent or not secrets.compare_digest(sent, self._session.get("csrf", "")):
                 self._refused = ApiError(403, "Missing or wrong CSRF token: send the "
                                               "X-CSRF-Token header from the login reply.")
+        if self.current_user and self._refused is None and not self.is_admin():
+            self._refused = self._rate_limited()
+
+    def api_cost(self) -> int:
+        """This call's cost of the rate limit (a handler may weigh its arguments)."""
+        return self.API_COST
+
+    def _rate_limited(self) -> ApiError | None:
+        limiter = self.ctx.get("api_rate")
+        if limiter is None:
+            return None
+        uid = self.current_user["_id"]
+        try:
+            cost = self.api_cost()
+        except jsonin.BadInput:
+            cost = self.API_COST  # the handler refuses the argument itself
+        wait = limiter.take(uid, cost)
+        if wait:
+            return ApiError(429, f"Too many requests: try again in {wait} s (each account may "
+                                 f"use {limiter.per_minute} units of /api a minute).",
+                            retry_after=wait)
+        if self.HEAVY:
+            if not limiter.enter_heavy(uid):
+                return ApiError(429, "Two exports or statistics of yours are running already: "
+                                     "try again when they are done.", retry_after=2)
+            self._heavy_user = uid
+        return None
+
+    def on_finish(self) -> None:
+        self._leave_heavy()
+
+    def on_connection_close(self) -> None:
+        self._leave_heavy()
+
+    def _leave_heavy(self) -> None:
+        if self._heavy_user is not None:
+            self.ctx["api_rate"].leave_heavy(self._heavy_user)
+            self._heavy_user = None
 
     async def _authenticate(self):
         self._session = {}

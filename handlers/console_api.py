@@ -36,12 +36,16 @@ class PingHandler(ApiHandler):
 
 class DailyHandler(ApiHandler):
     own_only = True
+    HEAVY = True  # one aggregation per day asked for (until statistics come from rollups)
+
+    def api_cost(self) -> int:
+        return 1 + self.int_arg("days", 30, 1, stats.MAX_DAYS) // 3
 
     async def get(self) -> None:
         self.require_user() if self.own_only else self.require_admin()
         flt = log_filter(self, self.own_only)
         flt.pop("created_at", None)
-        days = self.int_arg("days", 30, -10 ** 6, 10 ** 6)
+        days = self.int_arg("days", 30, 1, stats.MAX_DAYS)
         tz = self.int_arg("tz_offset", 0, -10 ** 6, 10 ** 6)
         if not -14 * 60 <= tz <= 14 * 60:
             raise ApiError(400, "tz_offset is minutes east of UTC, between -840 and 840.")
@@ -54,6 +58,8 @@ class AllDailyHandler(DailyHandler):
 
 class ExportHandler(ApiHandler):
     own_only = True
+    API_COST = 60  # up to MAX_EXPORT_ROWS records read and written
+    HEAVY = True
 
     async def get(self) -> None:
         self.require_user() if self.own_only else self.require_admin()

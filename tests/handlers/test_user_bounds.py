@@ -7,20 +7,23 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
+import time
 import uuid
 
 import pytest
 import requests
 
+from handlers.api_rate import HEAVY_AT_ONCE, ApiRate
 from tests.helpers import USER_PASSWORD, Api, RelayProcess
 
 MODEL = "gpt-4o-mini"
+RATE = 120  # units a minute (the default is 600)
 
 
 @pytest.fixture(scope="module")
 def relay(mongo_url, tmp_path_factory):
     p = RelayProcess(mongo_url, str(tmp_path_factory.mktemp("bounds")),
-                     env={"RELAY_MAX_KEYS_PER_USER": "5"}).start()
+                     env={"RELAY_API_RATE_LIMIT": str(RATE), "RELAY_MAX_KEYS_PER_USER": "5"}).start()
     yield p
     p.stop()
 
@@ -167,3 +170,53 @@ def test_subscriptions_per_account_are_capped_also_when_created_at_once(relay, a
                                                    json=body).status_code, range(60)))
     assert set(codes) <= {200, 400, 429}
     assert len(api.get("/api/subscription/")["data"]) <= 50
+
+
+# ---- the rate limit on /api --------------------------------------------------------
+def test_api_rate_limit_per_user(relay, admin):
+    api = someone(admin, relay)
+    codes = [api.s.get(relay.url + "/api/user/self").status_code for _ in range(RATE + 10)]
+    assert codes[:RATE // 2] == [200] * (RATE // 2)
+    assert 429 in codes
+    r = api.s.get(relay.url + "/api/user/self")
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+    assert r.json()["data"]["retry_after"] == int(r.headers["Retry-After"])
+    # Someone else, and an administrator, are not held up by it.
+    assert someone(admin, relay).s.get(relay.url + "/api/user/self").status_code == 200
+    for _ in range(RATE + 10):
+        admin.get("/api/user/self")
+
+
+def test_statistics_are_capped_and_cost_by_their_range(relay, admin):
+    api = someone(admin, relay)
+    r = api.s.get(relay.url + "/api/log/self/daily?days=91")
+    assert r.status_code == 400 and "between 1 and 90" in r.json()["message"]
+    # 90 days cost 31 units: three fit in 120, the fourth does not.
+    codes = [api.s.get(relay.url + "/api/log/self/daily?days=90").status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+    # Exports cost 60: the bucket holds less than that now.
+    assert api.s.get(relay.url + "/api/log/self/export").status_code == 429
+
+
+def test_heavy_calls_at_once_per_user():
+    clock = [0.0]
+    rate = ApiRate(600, clock=lambda: clock[0])
+    for _ in range(HEAVY_AT_ONCE):
+        assert rate.enter_heavy(7)
+    assert not rate.enter_heavy(7)
+    assert rate.enter_heavy(8)  # another user
+    rate.leave_heavy(7)
+    assert rate.enter_heavy(7)
+    clock[0] += 601  # a call that lost its end no longer holds its place
+    assert rate.enter_heavy(7)
+
+
+def test_rate_bucket_refills_by_the_minute():
+    clock = [0.0]
+    rate = ApiRate(60, clock=lambda: clock[0])
+    assert all(rate.take(1, 1) == 0 for _ in range(60))
+    assert rate.take(1, 1) == 1
+    clock[0] += 30
+    assert rate.take(1, 30) == 0 and rate.take(1, 1) == 1
+    assert rate.take(1, 1000) > 0  # more than the bucket holds waits for a full one
+    assert ApiRate(0).take(1, 10 ** 6) == 0  # 0: no limit
