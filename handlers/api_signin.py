@@ -27,36 +27,45 @@ class LoginHandler(ApiHandler):
         password = jsonin.text(body.get("password"), "password", 2000)
         if not name or not password:
             raise ApiError(400, "Enter a user name (or e-mail address) and a password.")
+        doc = await find_account(self.store.db, name)
         throttle = LoginThrottle(self.store)
         device = self._device()
-        keys = throttle.keys(name, self.client_ip(),
-                             f"{device['d']}:{name.lower()}" if name.lower() in device["u"] else None)
-        wait = await throttle.retry_after(keys)
+        account = str(doc["_id"]) if doc else "name:" + name.lower()
+        keys = throttle.keys(account, self.client_ip(),
+                             f"{device['d']}:{account}" if doc and doc["_id"] in device["u"]
+                             else None)
+        # Counted as a failure before the check, given back if it was none.
+        wait, claim = await throttle.claim(keys)
         if wait:
             raise ApiError(429, f"Too many failed sign-ins: try again in {_duration(wait)}.",
                            retry_after=wait)
-        db = self.store.db
-        doc = await db.users.find_one({"username": name})
-        if doc is None and "@" in name:
-            doc = await db.users.find_one({"email": name.lower()})
-        # A missing user costs a hash too, so that timing does not tell
-        # which names exist.
-        if not await verify_password_async(password, doc.get("password_hash", "") if doc else ""):
-            await throttle.failed(keys)
+        try:
+            # A missing user costs a hash too, so that timing does not tell
+            # which names exist.
+            right = await verify_password_async(password,
+                                                doc.get("password_hash", "") if doc else "")
+        except BaseException:  # never checked (the pool is full, the client left)
+            await throttle.release(claim)
+            raise
+        if not right:
+            # It stays counted.
             raise ApiError(401, "Wrong user name or password.", code="wrong_credentials")
         if doc.get("status", USER_ENABLED) != USER_ENABLED:
+            await throttle.release(claim)
             raise ApiError(403, "This account is disabled.", code="account_disabled")
-        await throttle.succeeded(keys)
+        await throttle.succeeded(keys, claim)
         if needs_update(doc["password_hash"]):
-            await db.users.update_one({"_id": doc["_id"]},
-                                      {"$set": {"password_hash": await hash_password_async(password)}})
+            await self.store.db.users.update_one(
+                {"_id": doc["_id"]},
+                {"$set": {"password_hash": await hash_password_async(password)}})
         lang = "" if doc.get("language") else browser_language(self)
         if lang:
             # An account made before languages, by an administrator who chose
             # none, or by a script: it speaks what its first browser asks for.
             doc["language"] = lang
-            await db.users.update_one({"_id": doc["_id"]}, {"$set": {"language": lang}})
-        self._remember_device(device, name.lower())
+            await self.store.db.users.update_one({"_id": doc["_id"]},
+                                                 {"$set": {"language": lang}})
+        self._remember_device(device, doc["_id"])
         csrf = await self.start_session(doc)
         self.ok({**user_view(self, doc), "csrf_token": csrf}, "Signed in.")
 
@@ -68,13 +77,26 @@ class LoginHandler(ApiHandler):
             doc = None
         if not isinstance(doc, dict) or not isinstance(doc.get("u"), list):
             return {"d": secrets.token_urlsafe(12), "u": []}
-        return {"d": str(doc.get("d") or secrets.token_urlsafe(12)), "u": doc["u"]}
+        # Accounts by id (cookies from before named them: those no longer count).
+        ids = [u for u in doc["u"] if isinstance(u, int) and not isinstance(u, bool)]
+        return {"d": str(doc.get("d") or secrets.token_urlsafe(12)), "u": ids}
 
-    def _remember_device(self, device: dict, name: str) -> None:
-        names = [name] + [n for n in device["u"] if n != name][:DEVICE_NAMES - 1]
-        self.set_signed_cookie(DEVICE_COOKIE, json.dumps({"d": device["d"], "u": names}),
+    def _remember_device(self, device: dict, account: int) -> None:
+        ids = [account] + [n for n in device["u"] if n != account][:DEVICE_NAMES - 1]
+        self.set_signed_cookie(DEVICE_COOKIE, json.dumps({"d": device["d"], "u": ids}),
                                expires_days=365, httponly=True, samesite="Lax",
                                secure=self.secure_cookies, path="/api/user/login")
+
+
+async def find_account(db, name: str) -> dict | None:
+    """The account a sign-in names: by its exact name, else whatever the
+    case (name_key), else by its confirmed e-mail address."""
+    doc = await db.users.find_one({"username": name})
+    if doc is None:
+        doc = await db.users.find_one({"name_key": name.lower()})
+    if doc is None and "@" in name:
+        doc = await db.users.find_one({"email_key": name.lower()})
+    return doc
 
 
 def _duration(seconds: int) -> str:

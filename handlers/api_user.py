@@ -86,20 +86,53 @@ async def validate_new_user(body: dict, groups: dict) -> dict:
 
 
 async def insert_user(handler: ApiHandler, fields: dict, role: int = ROLE_USER) -> dict:
+    """A new account.  Its name is unique whatever its case (`name_key`), and
+    so is its e-mail address (`email_key`): a second "ALICE" beside "alice"
+    would be a second throttle for the same sign-in name."""
     db = handler.store.db
     fields = dict(fields)
+    fields["name_key"] = fields["username"].lower()
+    if fields["email"]:
+        fields["email_key"] = fields["email"]
+    if await db.users.find_one({"name_key": fields["name_key"]}, {"_id": 1}):
+        raise ApiError(409, f"The user name {fields['username']!r} is taken.")
+    if fields["email"] and await email_taken(handler, fields["email"]):
+        raise ApiError(409, "That e-mail address is already registered.")
     if "password" in fields:
         fields["password_hash"] = await hash_password_async(fields.pop("password"))
-    if fields["email"] and await db.users.find_one({"email": fields["email"]}, {"_id": 1}):
-        raise ApiError(409, "That e-mail address is already registered.")
     doc = {"_id": await handler.store.next_id("users"), "display_name": fields["username"],
            "role": role, "status": USER_ENABLED, "quota": 0, "used_quota": 0, "leases": {},
            "created_time": now(), **fields}
     try:
         await db.users.insert_one(doc)
-    except DuplicateKeyError:
-        raise ApiError(409, f"The user name {fields['username']!r} is taken.") from None
+    except DuplicateKeyError:  # a racing registration took the name or the address
+        raise ApiError(409, f"The user name {fields['username']!r} or the e-mail address "
+                            "is taken.") from None
     return doc
+
+
+async def email_taken(handler: ApiHandler, email: str, but: int | None = None) -> bool:
+    """Whether another account (not `but`) has this address."""
+    doc = await handler.store.db.users.find_one({"email_key": email.lower()}, {"_id": 1})
+    return doc is not None and doc["_id"] != but
+
+
+async def set_email(handler: ApiHandler, user_id: int, email: str) -> dict:
+    """Give an account a confirmed address ("" removes it); 409 if another
+    account has it.  Returns the account."""
+    if email and await email_taken(handler, email, but=user_id):
+        raise ApiError(409, "That e-mail address is already registered to another account.")
+    change: dict = {"$set": {"email": email}}
+    if email:
+        change["$set"]["email_key"] = email
+    else:
+        change["$unset"] = {"email_key": ""}
+    try:
+        return await handler.store.db.users.find_one_and_update(
+            {"_id": user_id}, change, return_document=True)
+    except DuplicateKeyError:
+        raise ApiError(409, "That e-mail address is already registered to another "
+                            "account.") from None
 
 
 class RegisterHandler(ApiHandler):
@@ -131,18 +164,20 @@ class SelfHandler(ApiHandler):
             update["display_name"] = str(body["display_name"])[:64]
         if "marketing_opt_in" in body:
             update["marketing_opt_in"] = bool(body["marketing_opt_in"])
-        if "email" in body:
-            update["email"] = email_of(body["email"])
+        email = email_of(body["email"]) if "email" in body else None
         if "language" in body:
             update["language"] = language_of(body["language"])
         if body.get("password"):
-            update.update(await self.new_password(user, body, update.get("email")))
-        if not update:
+            update.update(await self.new_password(user, body, email))
+        if not update and email is None:
             raise ApiError(400, "Nothing to change.")
+        if email is not None:
+            await set_email(self, user["_id"], email)
         inc = {"session_epoch": 1} if "password_hash" in update else {}
-        doc = await self.store.db.users.find_one_and_update(
-            {"_id": user["_id"]}, {"$set": update, **({"$inc": inc} if inc else {})},
-            return_document=True)
+        change = {**({"$set": update} if update else {}), **({"$inc": inc} if inc else {})}
+        doc = (await self.store.db.users.find_one_and_update({"_id": user["_id"]}, change,
+                                                             return_document=True)
+               if change else await self.store.db.users.find_one({"_id": user["_id"]}))
         await self.ctx["catalog"].changed("user", user["_id"])
         if inc:
             # Every other session ends with the old password; this one goes on.

@@ -7,7 +7,8 @@ import re
 import time
 
 from handlers.api_fields import _int, by_id, group_list, limit_fields, paged
-from handlers.api_user import email_of, insert_user, language_of, user_view, validate_new_user
+from handlers.api_user import (email_of, insert_user, language_of, set_email, user_view,
+                               validate_new_user)
 from handlers.base import ApiError, ApiHandler, ident
 from models.passwords import password_problem
 from models.records import MAX_QUOTA, ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER_ENABLED
@@ -57,8 +58,7 @@ class UsersHandler(ApiHandler):
         for f in ("display_name",):
             if f in body:
                 update[f] = str(body[f])
-        if "email" in body:
-            update["email"] = email_of(body["email"])
+        email = email_of(body["email"]) if "email" in body else None
         if "language" in body:
             update["language"] = language_of(body["language"])
         if "status" in body:
@@ -74,7 +74,8 @@ class UsersHandler(ApiHandler):
         if body.get("password"):
             password = jsonin.text(body["password"], "password", 2000)
             problem = await password_problem(password, target.get("username", ""),
-                                       update.get("email", target.get("email", "")))
+                                             email if email is not None
+                                             else target.get("email", ""))
             if problem:
                 raise ApiError(400, problem)
             if target["_id"] == admin["_id"]:
@@ -84,8 +85,12 @@ class UsersHandler(ApiHandler):
             # signed out everywhere.
             reset = await reset_fields(password)
         update.update(limit_fields(body))
-        if not update and not unset and not reset and "quota" not in body:
+        if not update and not unset and not reset and "quota" not in body and email is None:
             raise ApiError(400, "Nothing to change.")
+        if email is not None:
+            # An administrator's word confirms an address (a user's own
+            # change waits for the mail: handlers/api_user.py).
+            await set_email(self, target["_id"], email)
         if update or unset or reset:
             change = {**reset, "$set": {**reset.get("$set", {}), **update}}
             if unset:

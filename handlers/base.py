@@ -19,6 +19,7 @@ import tornado.web
 from tornado import httputil
 
 from handlers.sessions import SessionMixin, session_user  # noqa: F401 (shared from here)
+from models.passwords import PasswordsBusy
 from models.records import ROLE_ADMIN, USER_ENABLED
 from relay.serving import jsonin
 from relay.serving.buglog import log_bug
@@ -49,7 +50,8 @@ def ident(value, field: str = "id") -> int:
 def is_intended(value) -> bool:
     """An error raised on purpose (a refusal, an upstream that failed), as
     opposed to a bug: its answer says all there is; the access log has its line."""
-    return isinstance(value, (ApiError, RelayError, jsonin.BadInput, tornado.web.HTTPError))
+    return isinstance(value, (ApiError, RelayError, jsonin.BadInput, tornado.web.HTTPError,
+                              PasswordsBusy))
 
 
 _random = bytearray()
@@ -248,6 +250,10 @@ class ApiHandler(SessionMixin, Base):
             return self.fail(exc.status, exc.message, {"code": exc.code} if exc.code else None)
         if isinstance(exc, jsonin.BadInput):
             return self.fail(exc.status, exc.message)
+        if isinstance(exc, PasswordsBusy):
+            self.set_header("Retry-After", "1")
+            return self.fail(429, "Too many sign-ins and password changes at once: try again "
+                                  "in a second.", {"retry_after": 1})
         if isinstance(exc, tornado.web.HTTPError) and exc.log_message:
             return self.fail(status_code, exc.log_message)
         if status_code >= 500:

@@ -11,7 +11,7 @@ import logging
 from models import netlist
 from models.records import to_decimal
 from models.secrets import mask
-from models.store import PyMongoError
+from models.store import DuplicateKeyError, PyMongoError, sort_by_id
 
 log = logging.getLogger("relay.migrations")
 
@@ -76,11 +76,44 @@ async def compile_allow_lists(store) -> int:
     return n
 
 
+async def unique_identities(store) -> int:
+    """Accounts from before names and e-mail addresses were unique whatever
+    their case get `name_key` and `email_key`, oldest first, refusing
+    nothing that worked: where two names differ only in case ("alice",
+    "ALICE"), the younger's key is made unique with its id ("alice#7"), and
+    it still signs in by its exact name; a younger account with the same
+    address keeps it for its notifications, but signing in by that address
+    reaches the older one, as it did.  Returns how many accounts changed."""
+    docs = sort_by_id(await store.db.users.find(
+        {"name_key": {"$exists": False}}, {"_id": 1, "username": 1, "email": 1}).to_list(None))
+    for doc in docs:
+        key = str(doc.get("username", "")).lower()
+        try:
+            await store.db.users.update_one({"_id": doc["_id"]}, {"$set": {"name_key": key}})
+        except DuplicateKeyError:
+            log.warning("user %s: the name %r differs only in case from an older account's; "
+                        "it signs in by its exact name", doc["_id"], doc.get("username"))
+            await store.db.users.update_one({"_id": doc["_id"]},
+                                            {"$set": {"name_key": f"{key}#{doc['_id']}"}})
+        email = str(doc.get("email") or "").lower()
+        if email:
+            try:
+                await store.db.users.update_one({"_id": doc["_id"]},
+                                                {"$set": {"email_key": email}})
+            except DuplicateKeyError:
+                log.warning("user %s: the e-mail address of an older account; signing in by it "
+                            "reaches that account", doc["_id"])
+    if docs:
+        log.info("user names and e-mail addresses: %d accounts given keys", len(docs))
+    return len(docs)
+
+
 def install(app) -> None:
     async def on_start(_app) -> None:
         s = app.settings
         await hash_redemption_codes(s["store"], s["vault"])
         await compile_allow_lists(s["store"])
+        await unique_identities(s["store"])
         if await seed_usable_groups(s["store"]):
             await s["catalog"].reload_groups()
     app.settings["on_start"].insert(0, on_start)

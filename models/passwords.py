@@ -6,7 +6,9 @@ successful login by `needs_update`.  An argon2 hash is hundreds of
 milliseconds of CPU and 64 MB of memory, so request handlers use the
 `*_async` forms, which run on a small thread pool (argon2 releases the
 interpreter lock): the event loop stays free, and at most two hashes run at
-once however many sign-ins arrive.
+once however many sign-ins arrive.  At most QUEUE more wait for them; past
+that a check is refused at once (PasswordsBusy, a 429), so that a flood of
+sign-ins cannot make everyone's wait as long as the flood.
 """
 from __future__ import annotations
 
@@ -20,7 +22,12 @@ from passlib.context import CryptContext
 from models.strength import Estimator
 
 _ctx = CryptContext(schemes=["argon2", "bcrypt"], deprecated="auto")
-_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="passwords")
+WORKERS = 2
+# Checks that may wait for a worker: with argon2's ~0.1-0.3 s a check, the
+# last of them waits a second or two.
+QUEUE = 16
+_pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="passwords")
+_admitted = [0]
 estimator = Estimator()
 
 MIN_LENGTH = 8
@@ -50,15 +57,30 @@ def needs_update(hashed: str) -> bool:
     return _ctx.needs_update(hashed)
 
 
+class PasswordsBusy(Exception):
+    """Every worker is busy and QUEUE checks wait: try again in a moment."""
+
+
+async def _run(fn, *args):
+    if _admitted[0] >= WORKERS + QUEUE:
+        raise PasswordsBusy()
+    _admitted[0] += 1
+    try:
+        return await asyncio.get_running_loop().run_in_executor(_pool, fn, *args)
+    finally:
+        _admitted[0] -= 1
+
+
 async def hash_password_async(password: str) -> str:
-    return await asyncio.get_running_loop().run_in_executor(_pool, hash_password, password)
+    """hash_password on the pool; raises PasswordsBusy when its queue is full."""
+    return await _run(hash_password, password)
 
 
 async def verify_password_async(password: str, hashed: str) -> bool:
     """Like verify_password; with no hash (no such user) it still spends a
-    hash's time, so that timing does not tell which users exist."""
-    return await asyncio.get_running_loop().run_in_executor(_pool, _verify_timed, password,
-                                                            hashed)
+    hash's time, so that timing does not tell which users exist.  Raises
+    PasswordsBusy when the pool's queue is full."""
+    return await _run(_verify_timed, password, hashed)
 
 
 _dummy: list[str] = []

@@ -49,7 +49,7 @@ async def seed(store, admin_password: str = "") -> str | None:
     uid = await store.next_id("users")
     try:
         await store.db.users.insert_one({
-            "_id": uid, "username": "root", "email": "", "display_name": "Root",
+            "_id": uid, "username": "root", "name_key": "root", "email": "", "display_name": "Root",
             "password_hash": await hash_password_async(password), "role": ROLE_ROOT, "status": USER_ENABLED,
             "group": "default", "quota": 0, "used_quota": 0, "leases": {},
             # A password printed on a terminal is to be replaced at once.

@@ -28,7 +28,12 @@ log = logging.getLogger("relay.store")
 
 # name -> list of (keys, options); created at start, idempotent.
 INDEXES: dict[str, list[tuple[list, dict]]] = {
+    # A name and an e-mail address belong to one account whatever their case:
+    # name_key is the lower-cased name, email_key the confirmed address
+    # (sparse: set by models/migrations.py on accounts from before them).
     "users": [([("username", ASCENDING)], {"unique": True}),
+              ([("name_key", ASCENDING)], {"unique": True, "sparse": True}),
+              ([("email_key", ASCENDING)], {"unique": True, "sparse": True}),
               ([("email", ASCENDING)], {}),
               ([("access_token_hash", ASCENDING)], {})],
     "tokens": [([("key_hash", ASCENDING)], {"unique": True}),

@@ -67,6 +67,10 @@ KNOWN: dict[str, dict[str, Known]] = {"nx-27017": {
     "test_sum_of_a_missing_field_is_zero": Known(
         "$sum of a field no document has is null: totals read it as int(x or 0)",
         [{"_id": None, "unpaid": None}]),
+    "test_set_keeps_every_digit_of_a_double": Known(
+        "a double written by $set reads back rounded to 15 significant digits (insert keeps "
+        "them): no filter compares such a double (the sign-in throttle compares an integer "
+        "version)", (1795690033.79062, 0)),
     "test_replace_one_upsert_takes_the_filters_id": Known(
         "replace_one(upsert=True) ignores the filter's _id and inserts under a new "
         "ObjectId: models/responses.py upserts with $set", False),
@@ -604,6 +608,57 @@ def test_allow_list_migration_and_key_cap_shapes(db):
         assert await db.tokens.count_documents({"user_id": 7}) == 3
         await db.tokens.delete_one({"_id": 4})
         assert await db.tokens.count_documents({"user_id": 7}) == 2
+    case(db, body)
+
+
+def test_set_keeps_every_digit_of_a_double(db, expect):
+    async def body(db):
+        v = 1795690033.7906194  # a time.time()
+        await db.c.insert_one({"_id": 1, "x": v})
+        assert (await db.c.find_one({"_id": 1}))["x"] == v
+        await db.c.update_one({"_id": 1}, {"$set": {"x": v}})
+        return (await db.c.find_one({"_id": 1}))["x"], await db.c.count_documents({"x": v})
+    expect(case(db, body), (1795690033.7906194, 1))
+
+
+def test_sign_in_throttle_shapes(db):
+    """handlers/login_throttle.py: a count claimed by its integer version
+    (or by its absence), a racing first insert refused by code, the count
+    given back; sparse unique keys on users (models/migrations.py)."""
+    async def body(db):
+        c = db.login_failures
+        await c.insert_one({"_id": "acct:1", "n": 1, "last": 5.0, "until": 5.0, "v": 1})
+        with pytest.raises(DuplicateKeyError):
+            await c.insert_one({"_id": "acct:1", "n": 1, "last": 5.0, "until": 5.0, "v": 1})
+        r = await c.update_one({"_id": "acct:1", "v": 1},
+                               {"$set": {"n": 2, "last": 6.0, "until": 8.0, "v": 2}})
+        assert r.matched_count == 1
+        r = await c.update_one({"_id": "acct:1", "v": 1}, {"$set": {"n": 9}})
+        assert r.matched_count == 0
+        r = await c.update_one({"_id": "acct:1", "v": 2, "n": {"$gt": 0}},
+                               {"$inc": {"n": -1, "v": 1}, "$set": {"until": 5.0}})
+        assert r.matched_count == 1
+        assert await c.find_one({"_id": "acct:1"}) == {"_id": "acct:1", "n": 1, "last": 6.0,
+                                                       "until": 5.0, "v": 3}
+        await c.insert_one({"_id": "ip:x", "n": 3, "last": 1.0, "until": 1.0})
+        r = await c.update_one({"_id": "ip:x", "v": {"$exists": False}}, {"$set": {"v": 1}})
+        assert r.matched_count == 1
+        u = db.users
+        await u.create_index([("name_key", 1)], unique=True, sparse=True)
+        await u.create_index([("email_key", 1)], unique=True, sparse=True)
+        await u.insert_many([{"_id": 1, "username": "alice"}, {"_id": 2, "username": "ALICE"},
+                             {"_id": 3, "username": "bob"}])
+        await u.update_one({"_id": 1}, {"$set": {"name_key": "alice", "email_key": "a@x"}})
+        with pytest.raises(DuplicateKeyError):
+            await u.update_one({"_id": 2}, {"$set": {"name_key": "alice"}})
+        with pytest.raises(DuplicateKeyError):
+            await u.update_one({"_id": 3}, {"$set": {"email_key": "a@x"}})
+        await u.update_one({"_id": 2}, {"$set": {"name_key": "alice#2"}})
+        assert (await u.find_one({"name_key": "alice"}))["_id"] == 1
+        assert [d["_id"] async for d in u.find({"name_key": {"$exists": False}})] == [3]
+        await u.update_one({"_id": 1}, {"$unset": {"email_key": ""}})
+        await u.update_one({"_id": 3}, {"$set": {"email_key": "a@x"}})
+        assert (await u.find_one({"email_key": "a@x"}))["_id"] == 3
     case(db, body)
 
 
