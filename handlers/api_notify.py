@@ -6,6 +6,7 @@ from __future__ import annotations
 from handlers.api_fields import page_args
 from handlers.base import ApiError, ApiHandler
 from handlers.base import ident as parse_ident
+from notify.contact import ContactError
 from notify.push_binding import BindError
 from notify.service import announcement_view
 from notify.subscriptions import Invalid
@@ -71,7 +72,10 @@ class SubscriptionHandler(NotifyHandler):
 class SubscriptionTestHandler(NotifyHandler):
     async def post(self, ident: str) -> None:
         doc = await self.own_subscription(ident)
-        result = await self.notifier.test_send(self.current_user, doc)
+        try:
+            result = await self.notifier.test_send(self.current_user, doc)
+        except ContactError as exc:
+            raise ApiError(exc.status, exc.message, retry_after=exc.retry_after) from None
         self.ok(result, "Test message sent." if result["ok"] else "The test message failed.")
 
 

@@ -12,6 +12,7 @@ from models.passwords import hash_password_async, password_problem, verify_passw
 from models.records import LIMIT_FIELDS, ROLE_USER, USER_ENABLED
 from models.seed import end_sessions
 from models.store import DuplicateKeyError, now
+from notify.contact import ContactError
 from relay.serving import jsonin
 from relay.money.billing import USER
 
@@ -31,6 +32,8 @@ def user_view(handler: ApiHandler, doc: dict) -> dict:
             "language": doc.get("language") or "",
             "must_change_password": bool(doc.get("must_change_password")),
             "usable_groups": doc.get("usable_groups"),
+            # An address waiting for its code (notify/contact.py), else "".
+            "pending_email": doc.get("pending_email", ""),
             "credit_limit": int(doc.get("credit_limit") or 0),
             **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS}}
 
@@ -146,8 +149,30 @@ class RegisterHandler(ApiHandler):
                 else browser_language(self))
         if lang:
             fields["language"] = lang
+        # The address is the account's once its code comes back (notify/contact.py).
+        email, fields["email"] = fields["email"], ""
+        if email and await email_taken(self, email):
+            raise ApiError(409, "That e-mail address is already registered.")
         doc = await insert_user(self, fields)
-        self.ok(user_view(self, doc), "Account created; you can sign in now.")
+        message = "Account created; you can sign in now."
+        if email:
+            note = await confirm_email(self, doc, email)
+            doc = await self.store.db.users.find_one({"_id": doc["_id"]}) or doc
+            message += " " + note
+        self.ok(user_view(self, doc), message)
+
+
+async def confirm_email(handler: ApiHandler, user: dict, email: str) -> str:
+    """Mail a confirmation code to `email` for `user`; what to tell them."""
+    try:
+        sent = await handler.ctx["notifier"].contact.start(user, email)
+    except ContactError as exc:
+        raise ApiError(exc.status, exc.message, retry_after=exc.retry_after) from None
+    if not sent["sent"]:
+        return (f"{email} is kept until it is confirmed, but this server cannot send mail "
+                "yet (ask an administrator to set up SMTP).")
+    return (f"We mailed a code to {email}: enter it on your account page to make the "
+            "address yours.")
 
 
 class SelfHandler(ApiHandler):
@@ -167,12 +192,22 @@ class SelfHandler(ApiHandler):
         email = email_of(body["email"]) if "email" in body else None
         if "language" in body:
             update["language"] = language_of(body["language"])
+        if email == user.get("email", ""):
+            email = None  # unchanged
         if body.get("password"):
-            update.update(await self.new_password(user, body, email))
-        if not update and email is None:
+            update.update(await self.new_password(user, body, None))
+        if not update and email is None and "email" not in body:
             raise ApiError(400, "Nothing to change.")
-        if email is not None:
-            await set_email(self, user["_id"], email)
+        note = ""
+        if email == "":
+            # Removing an address needs no confirmation.
+            await set_email(self, user["_id"], "")
+            await self.ctx["notifier"].contact.forget(user["_id"])
+        elif email is not None:
+            if await email_taken(self, email, but=user["_id"]):
+                raise ApiError(409, "That e-mail address is already registered to another "
+                                    "account.")
+            note = await confirm_email(self, user, email)
         inc = {"session_epoch": 1} if "password_hash" in update else {}
         change = {**({"$set": update} if update else {}), **({"$inc": inc} if inc else {})}
         doc = (await self.store.db.users.find_one_and_update({"_id": user["_id"]}, change,
@@ -183,7 +218,7 @@ class SelfHandler(ApiHandler):
             # Every other session ends with the old password; this one goes on.
             await end_sessions(self.store, user["_id"])
             self.set_header("X-CSRF-Token", await self.start_session(doc))
-        self.ok(user_view(self, doc), "Password changed." if inc else "Saved.")
+        self.ok(user_view(self, doc), note or ("Password changed." if inc else "Saved."))
 
     @staticmethod
     async def new_password(user: dict, body: dict, email: str | None) -> dict:
@@ -202,6 +237,22 @@ class SelfHandler(ApiHandler):
             raise ApiError(400, "The new password must differ from the current one.")
         return {"password_hash": await hash_password_async(password),
                 "must_change_password": False}
+
+
+class EmailConfirmHandler(ApiHandler):
+    """POST {code}: the code mailed to the pending address makes it the
+    account's e-mail address (notify/contact.py)."""
+
+    async def post(self) -> None:
+        user = self.require_user()
+        code = jsonin.text(self.body_json().get("code"), "code", 100)
+        try:
+            email = await self.ctx["notifier"].contact.check(user["_id"], code)
+        except ContactError as exc:
+            raise ApiError(exc.status, exc.message) from None
+        doc = await set_email(self, user["_id"], email)
+        await self.ctx["catalog"].changed("user", user["_id"])
+        self.ok(user_view(self, doc), f"{email} is your e-mail address now.")
 
 
 class AccessTokenHandler(ApiHandler):
@@ -249,6 +300,7 @@ class TopupHandler(ApiHandler):
 default_handlers = [
     (r"/api/user/register/?", RegisterHandler),
     (r"/api/user/self/?", SelfHandler),
+    (r"/api/user/self/email/?", EmailConfirmHandler),
     (r"/api/user/token/?", AccessTokenHandler),
     (r"/api/user/topup/?", TopupHandler),
 ]

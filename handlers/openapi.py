@@ -104,10 +104,13 @@ PATHS: dict[str, dict] = {
                                           password=STR, email=STR, language=LANGUAGE),
                                       public=True)},
     "/api/user/self": {"get": op("The caller's account."),
-                       "put": op("Change the caller's name, e-mail, opt-in, language "
-                                 "(of the console and of notifications) or password.",
+                       "put": op("Change the caller's name, opt-in, language (of the console "
+                                 "and of notifications) or password; a new e-mail address "
+                                 "waits for the code mailed to it.",
                                  obj(display_name=STR, email=STR, marketing_opt_in=BOOL,
                                      language=LANGUAGE, password=STR, original_password=STR))},
+    "/api/user/self/email": {"post": op("Confirm the pending e-mail address with its code.",
+                                        obj(("code",), code=STR))},
     "/api/user/token": {"post": op("A new access token for Authorization: Bearer.")},
     "/api/user/topup": {"post": op("Redeem a code.", obj(("key",), key=STR))},
     "/api/user/manage": {"post": op("Enable, disable, promote or demote a user (admin).",

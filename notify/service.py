@@ -12,10 +12,12 @@ import asyncio
 import logging
 import time
 
+from models import allowance
 from models.store import now as store_now
 from notify import channels, templates, words
 from notify.channels.base import Context, DeliveryError, Message
 from notify.channels.webhook import render_body
+from notify.contact import ContactError, EmailConfirmation
 from notify.events import WARNINGS, Events
 from notify.http import HttpClient, Refused
 from notify.outbox import Worker
@@ -26,6 +28,8 @@ from notify.subscriptions import Subscriptions
 log = logging.getLogger("relay.notify")
 
 RECOVER_EVERY = 60.0
+# Test messages a user may send an hour (each reaches a third party).
+TEST_SENDS_PER_HOUR = 5
 SUBSCRIPTION_KIND = "notify_subscription"  # catalog invalidation kind
 # The events a test send or a preview may show (their words: notify/words.py).
 SAMPLE = ("announcement", "marketing", "user_quota_warning", "key_quota_warning")
@@ -55,6 +59,7 @@ class Notifier:
         self.events = Events(store, self.subs, clock=clock, on_enqueued=self.worker.wake)
         self.rules = Rules(self.subs, self.events)
         self.binding = PushBinding(store, config, self.http, clock)
+        self.contact = EmailConfirmation(store, vault, self.ctx, clock)
         self._unsub: list = []
         self._recoverer: asyncio.Task | None = None
 
@@ -170,7 +175,14 @@ class Notifier:
         return docs[0] if docs else None
 
     async def test_send(self, user: dict, sub: dict) -> dict:
-        """Send a test message over the subscription's channel now; never raises."""
+        """Send a test message over the subscription's channel now.  Raises
+        ContactError (429) past TEST_SENDS_PER_HOUR for the user, in every
+        process; else never raises."""
+        wait = await allowance.take(self.store, f"test-send:{user['_id']}", TEST_SENDS_PER_HOUR,
+                                    3600, self.clock)
+        if wait:
+            raise ContactError(429, f"At most {TEST_SENDS_PER_HOUR} test messages an hour: try "
+                                    f"again in {(wait + 59) // 60} minutes.", wait)
         etype = (sub.get("event_types") or ["announcement"])[0]
         v = await self.sample_vars(etype, user, sub)
         title = words.test_title(v["title"], words.language(user))

@@ -125,7 +125,7 @@ class Subscriptions:
         out["event_types"] = list(dict.fromkeys(types))
         out.update(await self.clean_targets(user, body, old))
         ctype = body.get("channel_type", old.get("channel_type"))
-        channel = channels.get(ctype)
+        channel = channels.get(ctype) if isinstance(ctype, str) else None
         if channel is None:
             raise Invalid(f"channel_type must be one of: {', '.join(channels.CHANNELS)}.")
         out["channel_type"] = ctype
@@ -137,6 +137,10 @@ class Subscriptions:
         raw = dict(raw)
         if old.get("channel_type") == ctype:
             stored = self.config(old)
+            if raw.get("uid") and raw.get("uid") == stored.get("uid"):
+                # A WxPusher UID typed in before UIDs came only from the QR
+                # binding: sent back unchanged, it is dropped (and unused).
+                raw.pop("uid")
             for f in channel.secret_fields():
                 # The masked value came back, or the field was left out: keep the
                 # stored secret.  An explicit "" clears it.

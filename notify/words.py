@@ -10,8 +10,26 @@ such as {{ title }}, carry these words).
 """
 from __future__ import annotations
 
+import re
+
 from console import strings
 from models.records import QUOTA_PER_USD
+
+
+_SCHEME = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,20}):/+")
+_DOT = re.compile(r"(?<=\w)[.](?=\w)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def user_text(text) -> str:
+    """Text a user chose (a key's name), as a notification may carry it: one
+    line of at most 64 characters in quotation marks, with no control or
+    direction characters, and nothing a mail or chat client would turn into
+    a link (https://evil.example -> https[:]//evil[.]example): a message
+    from us must not read as an instruction written by us."""
+    one = " ".join(_CONTROL.sub(" ", str(text or "")).split())[:64]
+    one = _DOT.sub("[.]", _SCHEME.sub(lambda m: m.group(1) + "[:]//", one))
+    return "\u201c" + one.replace("@", "[at]") + "\u201d"
 
 
 def language(user: dict | None) -> str:
@@ -35,9 +53,11 @@ def warning(etype: str, payload: dict, sub: dict, key_name: str,
                 t("notice.user_low.content", balance=balance, threshold=money(threshold, lang)),
                 threshold)
     threshold = sub.get("key_threshold", 0)
-    return (t("notice.key_low.title", key=key_name),
-            t("notice.key_low.content", key=key_name, id=payload["token_id"], balance=balance,
-              threshold=money(threshold, lang)),
+    # The key's name is the user's text: never in the title (a mail's
+    # subject), and in the body only quoted, marked and defanged.
+    return (t("notice.key_low.title", id=payload["token_id"]),
+            t("notice.key_low.content", key=user_text(key_name), id=payload["token_id"],
+              balance=balance, threshold=money(threshold, lang)),
             threshold)
 
 

@@ -4,6 +4,8 @@ WxPusher: the server operator owns one WxPusher app (its appToken is the
 setting notify_wxpusher_app_token); a user binds their UID by scanning a
 parametric QR code (notify/push_binding.py), and messages go to
 POST {base}/api/send/message {appToken, content, summary, contentType, uids}.
+The UID comes only from that binding: one typed into a subscription would
+let anyone push through the operator's app to someone else's WeChat.
 ServerChan (Turbo): POST {base}/{send_key}.send with title and desp.
 """
 from __future__ import annotations
@@ -20,11 +22,13 @@ class PersonalPushChannel(Channel):
     label = "Personal push (ServerChan / WxPusher)"
     fields = (
         Field("vendor", "Vendor", required=True, kind="choice", choices=VENDORS),
-        Field("uid", "WxPusher UID (filled in by scanning the QR code)"),
         Field("send_key", "ServerChan SendKey", secret=True),
     )
 
     def clean(self, config: dict) -> dict:
+        if str(config.get("uid") or "").strip():
+            raise ValueError("The WxPusher UID is set by scanning the binding QR code "
+                             "(GET /api/notify/push/qrcode), not typed in.")
         out = super().clean(config)
         if out["vendor"] == "serverchan" and not out["send_key"]:
             raise ValueError("ServerChan needs a SendKey.")
@@ -38,7 +42,7 @@ class PersonalPushChannel(Channel):
                                                                "desp": msg.content})
             check_reply(reply, "ServerChan", lambda d: d.get("code") == 0)
             return "serverchan ok"
-        uid = config.get("uid") or (msg.user or {}).get("wxpusher_uid") or ""
+        uid = (msg.user or {}).get("wxpusher_uid") or ""  # the binding's, never the config's
         if not uid:
             raise DeliveryError("No WxPusher UID: scan the binding QR code first.", permanent=True)
         if not s.notify_wxpusher_app_token:

@@ -662,6 +662,39 @@ def test_sign_in_throttle_shapes(db):
     case(db, body)
 
 
+def test_allowance_slot_shapes(db):
+    """models/allowance.py: a free slot of a key claimed by $in on string ids
+    beside a range, the slots read back, a racing insert refused by code;
+    notify/contact.py: a confirmation counted by a conditional $inc."""
+    async def body(db):
+        c = db.allowances
+        ids = [f"test-send:7#{i}" for i in range(3)]
+        await c.insert_many([{"_id": ids[0], "until": 100.0}, {"_id": ids[1], "until": 50.0}])
+        got = await c.find_one_and_update({"_id": {"$in": ids}, "until": {"$lte": 60.0}},
+                                          {"$set": {"until": 3660.0}})
+        assert got == {"_id": ids[1], "until": 50.0}
+        assert await c.find_one_and_update({"_id": {"$in": ids}, "until": {"$lte": 60.0}},
+                                           {"$set": {"until": 1.0}}) is None
+        held = {d["_id"]: d["until"] async for d in c.find({"_id": {"$in": ids}})}
+        assert held == {ids[0]: 100.0, ids[1]: 3660.0}
+        await c.insert_one({"_id": ids[2], "until": 3700.0})
+        with pytest.raises(DuplicateKeyError):
+            await c.insert_one({"_id": ids[2], "until": 3700.0})
+        u = db.users
+        await u.insert_one({"_id": 1, "pending_email": "a@x", "email_code_tries": 0})
+        for _ in range(2):
+            doc = await u.find_one_and_update(
+                {"_id": 1, "pending_email": {"$exists": True}, "email_code_tries": {"$lt": 2}},
+                {"$inc": {"email_code_tries": 1}}, return_document=ReturnDocument.AFTER)
+            assert doc is not None
+        assert await u.find_one_and_update(
+            {"_id": 1, "pending_email": {"$exists": True}, "email_code_tries": {"$lt": 2}},
+            {"$inc": {"email_code_tries": 1}}) is None
+        await u.update_one({"_id": 1}, {"$unset": {"pending_email": "", "email_code_tries": ""}})
+        assert await u.find_one({"_id": 1}) == {"_id": 1}
+    case(db, body)
+
+
 def test_every_known_deviation_names_a_raw_test():
     """A pin for a test that does not check it would pass unseen."""
     import inspect

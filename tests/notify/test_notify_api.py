@@ -158,7 +158,7 @@ def test_preview_renders_webhook_template(root, nrelay):
         "channel_type": "webhook", "event_type": "key_quota_warning",
         "channel_config": {"body_template": '{"t": "{{ title }}", "u": "{{ user }}", '
                                             '"k": "{{ key_name }}", "e": "{{ event_type }}"}'}})
-    assert d["data"]["body"] == ('{"t": "API key \\"example-key\\" is running low", "u": "%s", '
+    assert d["data"]["body"] == ('{"t": "API key #0 is running low", "u": "%s", '
                                  '"k": "example-key", "e": "key_quota_warning"}' % user["username"])
     r = api.post("/api/subscription/preview", {"channel_type": "webhook",
                                                "channel_config": {"body_template": "{{ bad"}},

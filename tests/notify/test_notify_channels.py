@@ -207,9 +207,13 @@ def test_serverchan_and_wxpusher(fake):
     r = last(fake, "serverchan")
     assert r["ok"] and r["json"] == {"title": "Account balance is low",
                                      "desp": message().content}
-    send(ctx_for(fake), "personal_push", {"vendor": "wxpusher", "uid": "UID_abc"})
+    # The UID is the account's binding (notify/push_binding.py), never the config's.
+    bound = message(user={"id": 1, "username": "x", "email": "", "wxpusher_uid": "UID_abc"})
+    send(ctx_for(fake), "personal_push", {"vendor": "wxpusher"}, bound)
     r = last(fake, "wxpusher")
     assert r["ok"] and r["json"]["uids"] == ["UID_abc"]
+    with pytest.raises(ValueError, match="QR code"):
+        channels.get("personal_push").clean({"vendor": "wxpusher", "uid": "UID_typed"})
     assert r["json"]["appToken"] == fake.wxpusher_app_token and r["json"]["contentType"] == 1
     with pytest.raises(DeliveryError, match="UID"):
         send(ctx_for(fake), "personal_push", {"vendor": "wxpusher"})

@@ -212,7 +212,9 @@ def test_key_warning_fires_for_the_key_that_crossed_only(mongo_url):
             ("key_quota_warning", 12)]
         out = await store.db.notify_outbox.find({}).to_list(None)
         assert len(out) == 1 and out[0]["vars"]["key_name"] == "k-two"
-        assert "k-two" in out[0]["title"] and out[0]["vars"]["balance"] == 400
+        # The key by id in the title; its name (the user's text) only quoted in the body.
+        assert out[0]["title"] == "API key #12 is running low"
+        assert out[0]["vars"]["balance"] == 400 and "\u201ck-two\u201d" in out[0]["content"]
         # Each key has its own hourly limit: key 11 crossing now is still sent.
         await p.settle(1, 10_000, 11, 200)
         assert await count(store, "key_quota_warning") == 2

@@ -150,6 +150,7 @@ def test_normalize_bounds_the_tag():
 def test_placeholders_are_filled_once():
     """A value holding a placeholder's name (a key called "{balance}") stays as it is."""
     t = strings.translator("en")
-    assert t("notice.key_low.title", key="{key}") == 'API key "{key}" is running low'
+    assert t("notice.key_low.title", id="{id}") == "API key #{id} is running low"
     out = t("notice.key_low.content", key="{balance}", id=3, balance="5", threshold="9")
-    assert out.startswith('The remaining quota of API key "{balance}" (id 3) is 5')
+    assert out.startswith("The remaining quota of API key #3 (the name given to it: {balance}) "
+                          "is 5")

@@ -28,6 +28,43 @@ form.addEventListener('submit', async (ev) => {
   }
 });
 
+// The e-mail address: a new one is the account's only once the code mailed to it comes back.
+function showEmail(me) {
+  $('#email-current').textContent = me.email || t('account.email_none');
+  const pending = $('#email-code-form');
+  pending.hidden = !me.pending_email;
+  if (me.pending_email) $('#email-pending').textContent = t('account.email_pending', { email: me.pending_email });
+}
+
+$('#email-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const status = $('#email-status');
+  $('#email-save').disabled = true;
+  try {
+    await put('/api/user/self', { email: $('#email-new').value.trim() });
+    showEmail(await get('/api/user/self'));
+    $('#email-new').value = '';
+    showOk(status, $('#email-code-form').hidden ? t('common.saved') : t('account.email_sent'));
+  } catch (err) {
+    showError(status, err);
+  } finally {
+    $('#email-save').disabled = false;
+  }
+});
+
+$('#email-code-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const status = $('#email-status');
+  try {
+    showEmail(await post('/api/user/self/email', { code: $('#email-code').value.trim() }));
+    $('#email-code').value = '';
+    showOk(status, t('account.email_confirmed'));
+  } catch (err) {
+    showError(status, err);
+    showEmail(await get('/api/user/self'));
+  }
+});
+
 // Signed-in sessions: each browser, with a way to sign one or all of them out.
 async function loadSessions() {
   const rows = (await get('/api/user/sessions')).map((s) => el('tr', { dataset: { id: s.id } },
@@ -60,4 +97,5 @@ $('#sign-out-everywhere').addEventListener('click', async () => {
   }
 });
 
-loadSessions().catch((err) => showError(null, err)).finally(() => { document.body.dataset.ready = '1'; });
+Promise.all([loadSessions(), get('/api/user/self').then(showEmail)])
+  .catch((err) => showError(null, err)).finally(() => { document.body.dataset.ready = '1'; });

@@ -218,8 +218,6 @@ $('#push-qr').addEventListener('click', async () => {
         if (b && b.uid) {
           clearInterval(poll);
           $('#push-state').textContent = t('notify.push_bound', { uid: b.uid });
-          const uid = $('#channel-fields [data-field="uid"]');
-          if (uid) uid.value = b.uid;
         }
       } catch (e) { clearInterval(poll); }
     }, 3000);
