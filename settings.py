@@ -160,6 +160,9 @@ class Settings:
     mj_poll_interval: float = 5.0
     # Seconds a Midjourney task may stay unfinished before it fails and is refunded.
     mj_task_timeout: float = 3600.0
+    # Serve /mj/image/{id} to anyone who has the link (off: only to a key or console session
+    # of the account that made the task).
+    mj_public_images: bool = False
 
     @property
     def max_body_bytes(self) -> int:

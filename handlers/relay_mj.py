@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from handlers.relay_base import RelayHandler
-from relay.errors import RelayError
+from handlers.sessions import session_user
 from relay.faces.openai import load_json
 
 
@@ -55,30 +55,21 @@ class SeedHandler(_MjHandler):
 
 class ImageHandler(_MjHandler):
     """The task's image, streamed from where the upstream put it, so that
-    clients need no access to the upstream.  No key: it is used in <img>
-    tags, and task ids are random."""
+    clients need no access to the upstream: only to its owner (a key of the
+    account, or its console session) unless mj_public_images is set, and
+    only as an image that cannot run on our origin (relay/midjourney/images.py)."""
 
     async def get(self, mode=None, task_id=None) -> None:
-        url = await self.mj.image_url(task_id)
-        upstream = self.ctx["upstream"]
-
-        def on_start(status, headers):
-            if status < 400:
-                self.started = True
-                self.set_header("Content-Type", headers.get("Content-Type", "image/png"))
-                self.set_header("Cache-Control", "private, max-age=86400")
-
-        def on_chunk(data: bytes) -> None:
-            if not self.closed:
-                self.write(data)
-
-        resp = await upstream.send("GET", url, {}, None, on_start=on_start, on_chunk=on_chunk,
-                                   cancel=self.cancel)
-        if resp.error is not None and not self.started:
-            raise resp.error
-        if resp.status >= 400 and not self.started:
-            raise RelayError(502, f"The image could not be fetched ({resp.status}).",
-                             "upstream_error", "bad_upstream")
+        images = self.ctx["mj_images"]
+        owner = None
+        if not images.public:
+            if self.api_key():
+                owner = (await self.auth()).user.id
+            else:
+                doc, _ = await session_user(self)
+                owner = doc["_id"] if doc else None
+        task = await images.task(task_id, owner)
+        await images.send(task, self, self.cancel)
         if not self.closed:
             self.finish()
 

@@ -3,6 +3,7 @@ app.  Apart from tasks.py and service.py so that neither imports the other
 both ways (service reads tasks' view of a task; this module needs both)."""
 from __future__ import annotations
 
+from relay.midjourney.images import Images
 from relay.midjourney.service import MidjourneyService
 from relay.midjourney.tasks import Poller, TaskStore
 
@@ -13,6 +14,7 @@ def install(app) -> None:
     s["mj_tasks"] = TaskStore(s["store"])
     poller = s["mj_poller"] = Poller(app)
     s["mj"] = MidjourneyService(s["mj_tasks"], s["service"], s["catalog"], s["upstream"], poller)
+    s["mj_images"] = Images(s["mj_tasks"], s["catalog"], s["upstream"], s["config"])
 
     async def on_start(_app) -> None:
         s["mj_tasks"].db = s["store"].db
@@ -21,6 +23,7 @@ def install(app) -> None:
 
     async def on_stop(_app) -> None:
         await poller.stop()
+        s["mj_images"].guarded.close()
 
     s["on_start"].append(on_start)
     s["on_stop"].append(on_stop)

@@ -156,9 +156,12 @@ class SeedHandler(_Base):
 
 
 class ImageFileHandler(tornado.web.RequestHandler):
+    def initialize(self, fake):
+        self.fake = fake
+
     def get(self, task_id):
-        self.set_header("Content-Type", "image/png")
-        self.finish(PNG_1PX)
+        self.set_header("Content-Type", self.fake.image_type)
+        self.finish(self.fake.image_body)
 
 
 class FakeMidjourney(ThreadedServer):
@@ -167,6 +170,11 @@ class FakeMidjourney(ThreadedServer):
         self.tasks: dict[str, dict] = {}
         self.calls: list[dict] = []
         self.no_list = False
+        # What a finished task's image is: where (None: this fake's own
+        # /attachments/{id}.png) and, when served here, as what.
+        self.image_url: str | None = None
+        self.image_type = "image/png"
+        self.image_body = PNG_1PX
 
     def new_task(self, action, prompt, description) -> dict:
         tid = str(random.randint(10 ** 15, 10 ** 16 - 1))
@@ -192,7 +200,7 @@ class FakeMidjourney(ThreadedServer):
                     t["startTime"] = int(time.time() * 1000)
                 if status == "SUCCESS":
                     t.update(finishTime=int(time.time() * 1000), buttons=_buttons(t["id"]),
-                             imageUrl=f"{self.url}/attachments/{t['id']}.png")
+                             imageUrl=self.image_url or f"{self.url}/attachments/{t['id']}.png")
         return {k: v for k, v in t.items() if k != "step"}
 
     def reads(self, path_part: str) -> int:
@@ -205,4 +213,4 @@ class FakeMidjourney(ThreadedServer):
                 (p + r"/task/list-by-condition", ListHandler, kw),
                 (p + r"/task/(\d+)/fetch", FetchHandler, kw),
                 (p + r"/task/(\d+)/image-seed", SeedHandler, kw),
-                (r"/attachments/(\d+)\.png", ImageFileHandler)]
+                (r"/attachments/(\d+)\.png", ImageFileHandler, kw)]

@@ -233,7 +233,7 @@ def test_action_modal_seed_and_image(setup, admin, fake):
     assert done["status"] == "SUCCESS"
     seed = mj(setup, t, f"/mj/task/{task_id}/image-seed", method="GET")
     assert seed["code"] == 1 and seed["result"].isdigit()
-    img = requests.get(setup.url + f"/mj/image/{task_id}")
+    img = requests.get(setup.url + f"/mj/image/{task_id}", headers={"mj-api-secret": t.key})
     assert img.status_code == 200 and img.content == PNG_1PX
     assert img.headers["Content-Type"] == "image/png"
     before = t.balances()
