@@ -21,6 +21,7 @@ import time
 
 import tornado.web
 from tornado.ioloop import PeriodicCallback
+from tornado.log import access_log
 
 import settings as settings_mod
 from handlers import proxies
@@ -33,7 +34,7 @@ from models.responses import ResponseStore
 from models.seed import reset_root_password, seed
 from models.store import Store
 from notify.bus import Bus
-from relay.serving import loop as relay_loop, process
+from relay.serving import loop as relay_loop, process, redact
 from relay.money.billing import Billing
 from relay.catalog import Catalog
 from relay.scheduler import Scheduler
@@ -86,6 +87,17 @@ class RelayApplication(BodyFirstRouting, tornado.web.Application):
         return super().find_handler(request, **kwargs)
 
 
+def log_request(handler) -> None:
+    """Tornado's access-log line, with credential parameters of the URI
+    masked (a Gemini client's ?key= was written whole on every 4xx/5xx)."""
+    status = handler.get_status()
+    log_method = access_log.info if status < 400 else (
+        access_log.warning if status < 500 else access_log.error)
+    request = handler.request
+    log_method("%d %s %s (%s) %.2fms", status, request.method, redact.redact_uri(request.uri),
+               request.remote_ip, 1000.0 * request.request_time())
+
+
 class DrainingHandler(tornado.web.RequestHandler):
     def prepare(self) -> None:
         self.set_status(503)
@@ -130,7 +142,7 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
         raise SystemExit(f"trusted_proxies: {exc}") from None
     app = RelayApplication(
         _handlers(), default_handler_class=NotFoundHandler,
-        cookie_secret=vault.cookie_secret, xsrf_cookies=False,
+        cookie_secret=vault.cookie_secret, xsrf_cookies=False, log_function=log_request,
         config=config, store=store, bus=bus, vault=vault, catalog=catalog, billing=billing,
         usage_log=usage_log, scheduler=scheduler, upstream=upstream, service=service,
         responses=responses,

@@ -20,6 +20,7 @@ from relay.convert.common import new_id
 from relay.convert.responses import items_of
 from relay.errors import RelayError, bad_request
 from relay.faces.responses import continue_from, render
+from relay.serving import redact
 
 
 def not_found(rid: str, param: str | None = None) -> RelayError:
@@ -181,6 +182,7 @@ class StoredResponses:
             raise RelayError(503, "The channel that holds this response is no longer available.",
                              "service_unavailable", "channel_gone")
         url = adaptor.responses_url(channel, path)
+        query = redact.strip_credentials(query)  # a Gemini-style ?key= is ours, not theirs
         if query:
             url += ("&" if "?" in url else "?") + query
         resp = await self.upstream.send(method, url, adaptor.headers(channel),

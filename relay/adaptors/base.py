@@ -21,12 +21,14 @@ Lifecycle of one call, all methods called on the IOLoop, none may block:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from relay.convert.responses_tools import DROPPABLE
 from relay.errors import RelayError, bad_request
 from relay.money.pricing import Usage
+from relay.serving import redact
 
 
 @dataclass
@@ -198,6 +200,13 @@ def join_url(base: str, path: str, version: str = "/v1") -> str:
 
 
 def upstream_message(body: bytes) -> str:
+    """The upstream's own words for its failure, passed through
+    relay/serving/redact.scrub: users see them, and vendors name the
+    organisation and some echo the key they were sent."""
+    return redact.scrub(_message(body))
+
+
+def _message(body: bytes) -> str:
     try:
         doc = json.loads(body)
     except ValueError:
@@ -212,9 +221,33 @@ def upstream_message(body: bytes) -> str:
     return str(doc)[:300]
 
 
+_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
+
+
+def upstream_kind(body: bytes) -> str | None:
+    """The vendor's name for the failure (OpenAI's code or type, Anthropic's
+    type, Gemini's status), when it sent one that reads as a name."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(doc, list) and doc:
+        doc = doc[0]
+    err = doc.get("error", doc) if isinstance(doc, dict) else None
+    if not isinstance(err, dict):
+        return None
+    for name in ("code", "type", "status"):
+        value = err.get(name)
+        if isinstance(value, str) and _KIND.match(value) and value not in ("error",):
+            return value
+    return None
+
+
 def generic_error(status: int, body: bytes) -> RelayError:
-    """Map an upstream failure to our status table."""
-    msg = upstream_message(body)
+    """Map an upstream failure to our status table.  The message keeps the
+    upstream's status and error type, and its text filtered (upstream_message)."""
+    kind = upstream_kind(body)
+    msg = (f"[{status} {kind}] " if kind else f"[{status}] ") + upstream_message(body)
     low = msg.lower()
     if status == 429:
         return RelayError(429, f"The upstream is rate limiting: {msg}", "rate_limit_error",
@@ -232,8 +265,7 @@ def generic_error(status: int, body: bytes) -> RelayError:
     if status == 504 or status == 408:
         return RelayError(504, "The upstream did not answer in time.", "upstream_error",
                           "upstream_timeout")
-    return RelayError(502 if status < 500 else 502,
-                      f"The upstream failed ({status}): {msg}", "upstream_error", "bad_upstream")
+    return RelayError(502, f"The upstream failed: {msg}", "upstream_error", "bad_upstream")
 
 
 def retryable(status: int) -> bool:

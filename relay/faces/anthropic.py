@@ -9,9 +9,8 @@ writes Anthropic events, `render` converts a whole answer.
 from __future__ import annotations
 
 import json
-from urllib.parse import parse_qsl, urlencode
 
-from relay.serving import sse
+from relay.serving import redact, sse
 from relay.money import tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import anthropic as conv
@@ -25,11 +24,8 @@ FAMILY = "anthropic"
 
 def _client_query(query: str) -> str:
     """The query to pass on to an Anthropic upstream (`beta=true`): as the
-    client sent it, less a relay key given as ?key=."""
-    pairs = parse_qsl(query or "", keep_blank_values=True)
-    if not any(k == "key" for k, _ in pairs):
-        return query or ""
-    return urlencode([(k, v) for k, v in pairs if k != "key"])
+    client sent it, less any credential (a relay key given as ?key=)."""
+    return redact.strip_credentials(query)
 
 
 def _call(request_id: str, raw: bytes, doc: dict, headers, query: str) -> Call:

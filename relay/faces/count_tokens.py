@@ -17,6 +17,7 @@ from relay import registry
 from relay.adaptors.base import Call
 from relay.errors import RelayError
 from relay.faces import anthropic as face
+from relay.serving import redact
 
 # Upstream answers passed on as they are: the count, or the upstream's own
 # verdict on a bad request (in Anthropic's error body already).
@@ -41,7 +42,10 @@ async def count_tokens(service, auth, call: Call, cancel) -> tuple[int, dict, by
         resp = await service.upstream.send(req.method, req.url, req.headers, req.body,
                                            cancel=cancel, first_byte_timeout=FIRST_BYTE_TIMEOUT)
         if resp.error is None and resp.status in _PASS:
+            body = resp.body
+            if resp.status != 200:  # the upstream's own words, filtered as every error's are
+                body = redact.scrub(body.decode("utf-8", "replace")).encode()
             return resp.status, {"Content-Type": resp.headers.get(
-                "Content-Type", "application/json")}, resp.body
+                "Content-Type", "application/json")}, body
     body = json.dumps({"input_tokens": face.estimate_tokens(call)}).encode()
     return 200, {"Content-Type": "application/json"}, body

@@ -63,6 +63,7 @@ from tornado.curl_httpclient import CurlAsyncHTTPClient
 from tornado.ioloop import IOLoop
 
 from relay.serving.loop import epoll_set
+from relay.serving.redact import redact_uri
 from relay.upstream.transfer import Transfer
 
 log = logging.getLogger("relay.upstream")
@@ -315,7 +316,7 @@ class CurlClient(CurlAsyncHTTPClient):
         try:
             t.deliver()
         except Exception:
-            log.exception("streaming callback failed for %s", t.url)
+            log.exception("streaming callback failed for %s", redact_uri(t.url))
             self.io_loop.add_callback(self.abort, t)
 
     def _finish_pending_requests(self) -> None:

@@ -11,6 +11,8 @@ channels that behave differently: a channel whose base_url is
     reset    start a stream, send two chunks, then reset the connection
     hang     accept and never answer
     flaky    fail with 500 every other request
+    429org   HTTP 429 naming the organisation and the project, as OpenAI's do
+    400key   HTTP 400 echoing a fragment of the key it was sent, as some aggregators do
     chatonly       no /v1/responses (404), like a chat-only compatible server
     responsesonly  no /v1/chat/completions (404)
 
@@ -80,6 +82,17 @@ class _Base(tornado.web.RequestHandler):
         if mode == "500":
             return _err(self, 500, "The server had an error while processing your request.",
                         "server_error")
+        if mode == "429org":
+            return _err(self, 429, "Rate limit reached for gpt-4o-mini in organization "
+                        "org-AbCdEf0123456789wxyz on tokens per min (TPM): Limit 30000, Used "
+                        "29000, Requested 1500. Visit https://platform.openai.com/account/"
+                        "rate-limits (project proj_Zx9Yw8Vu7Ts6Rq5Po4).", "tokens",
+                        "rate_limit_exceeded")
+        if mode == "400key":
+            return _err(self, 400, "Invalid request for key sk-live-9fQ2xB7kLm4Np8Rt1Vw3Yz: "
+                        "the account AKIAQ3EGUSPT7Z2XWKMB has no access to this model "
+                        "(key AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStU).",
+                        "invalid_request_error", "model_not_permitted")
         if mode == "flaky":
             self.fake.flaky_count += 1
             if self.fake.flaky_count % 2 == 1:
