@@ -67,7 +67,8 @@ HANDLER_MODULES = [
     "handlers.console",
 ]
 # Modules with install(app): background workers that hook into start/stop.
-INSTALLERS = ["models.migrations", "notify.service", "relay.midjourney.wiring", "relay.money.limits"]
+INSTALLERS = ["models.migrations", "models.housekeeping", "notify.service",
+              "relay.midjourney.wiring", "relay.money.limits"]
 
 
 class RelayApplication(BodyFirstRouting, tornado.web.Application):

@@ -99,9 +99,9 @@ class Settings:
     # Mark session cookies Secure on every request; without it they are Secure
     # when the request came over HTTPS (directly or via a trusted proxy).
     secure_cookies: bool = False
-    # Reverse proxies and CDNs whose X-Forwarded-For, X-Real-IP and
-    # X-Forwarded-Proto are believed (CIDRs, comma-separated); empty: none.
-    trusted_proxies: str = ""
+    # Reverse proxies and CDNs whose X-Real-IP, X-Forwarded-For and X-Forwarded-Proto are
+    # believed (CIDRs, comma-separated; the default is this host, as uvicorn's; "none": nobody).
+    trusted_proxies: str = "127.0.0.0/8, ::1"
     # Units of /api work a signed-in user (not an administrator) may use a minute, and at
     # once: a call is 1, a page of the usage log 2, a statistics chart 1 per 3 days, a CSV
     # export 60 (over it: 429 with Retry-After); 0: no limit.  Counted per relay process.

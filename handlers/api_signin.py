@@ -21,6 +21,8 @@ DEVICE_NAMES = 5  # accounts one browser remembers
 
 
 class LoginHandler(ApiHandler):
+    JSON_ONLY = True
+
     async def post(self) -> None:
         body = self.body_json()
         name = jsonin.text(body.get("username"), "username", 320).strip()

@@ -139,6 +139,8 @@ async def set_email(handler: ApiHandler, user_id: int, email: str) -> dict:
 
 
 class RegisterHandler(ApiHandler):
+    JSON_ONLY = True
+
     async def post(self) -> None:
         if not await registration_open(self):
             raise ApiError(403, "Registration is closed on this server.")

@@ -187,7 +187,8 @@ class AdjustQuotaHandler(UsersHandler):
             raise ApiError(400, "amount must be a non-zero whole number of quota units.")
         if not reason:
             raise ApiError(400, "Give a reason for the adjustment.")
-        target = await by_id(self.store.db.users, uid, "user")
+        # Not a user of the administrator's own rank or higher (root, say).
+        target = await self._target(admin, uid)
         ok = await self.ctx["billing"].credit(
             USER, target["_id"], amount, f"admin {admin['username']}: {reason}",
             ledger_id=f"adjust:{target['_id']}:{time.time_ns()}")

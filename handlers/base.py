@@ -186,6 +186,10 @@ class ApiHandler(SessionMixin, Base):
     # run only a few at a time per user.
     API_COST = 1
     HEAVY = False
+    # Takes its body only as application/json: a form on another site can
+    # post text/plain without asking (no CORS preflight), so a sign-in
+    # that reads any body could be made from there (login CSRF).
+    JSON_ONLY = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -302,6 +306,11 @@ class ApiHandler(SessionMixin, Base):
                 raise ApiError(413, f"The request body is larger than the limit of "
                                     f"{API_MAX_BODY_MB} MB for /api.")
         self.request.connection.set_max_body_size(4 * API_MAX_BODY)
+        if self.JSON_ONLY and self.request.method in UNSAFE:
+            ctype = self.request.headers.get("Content-Type", "").split(";", 1)[0]
+            if ctype.strip().lower() != "application/json":
+                self._refused = ApiError(415, "Send the body as JSON, with the header "
+                                              "Content-Type: application/json.")
         self.current_user = await self._authenticate()
         if self.auth_method == "session" and self.request.method in UNSAFE:
             sent = self.request.headers.get(CSRF_HEADER, "")

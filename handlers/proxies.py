@@ -1,11 +1,20 @@
 """The client's real address and scheme behind a reverse proxy or CDN.
 
-X-Forwarded-For, X-Real-IP and X-Forwarded-Proto are believed only when
+X-Real-IP, X-Forwarded-For and X-Forwarded-Proto are believed only when
 the connection comes from an address in the `trusted_proxies` setting
-(CIDR ranges), and X-Forwarded-For is read from the right: each hop that is
-itself a trusted proxy is skipped, and the first one that is not is the
-client.  Whatever a client writes into these headers itself sits to the
-left of what its first proxy appended, so it is never taken.
+(CIDR ranges; by default the loopback addresses, as uvicorn does, so that a
+proxy on the same host works as it comes; "none" trusts nobody).
+
+X-Real-IP, when the proxy sends it, is the client: a proxy that sets it
+(nginx's `proxy_set_header X-Real-IP $remote_addr`, Traefik) replaces
+whatever the client sent, while a client's own X-Forwarded-For is passed on
+by nginx unless told otherwise, and would win if read first.  Without it,
+X-Forwarded-For is read from the right: each hop that is itself a trusted
+proxy is skipped, and the first one that is not is the client; whatever a
+client writes there itself sits to the left of what its first proxy
+appended, so it is never taken.  A proxy that neither sets X-Real-IP nor
+drops the client's (Caddy, HAProxy as they come) must be told to
+(`header_up X-Real-IP {remote_host}`), or the client's own would count.
 
 `apply` runs once per request, before routing (server.RelayApplication), and
 rewrites request.remote_ip and request.protocol: key allow-lists, sign-in
@@ -20,8 +29,10 @@ from models.records import parse_networks
 
 
 def networks(setting: str) -> tuple:
-    """The trusted_proxies setting (comma- or space-separated CIDRs) parsed;
-    raises ValueError naming a bad entry."""
+    """The trusted_proxies setting (comma- or space-separated CIDRs, or
+    "none") parsed; raises ValueError naming a bad entry."""
+    if (setting or "").strip().lower() == "none":
+        return ()
     return parse_networks(setting or "")
 
 
@@ -45,17 +56,16 @@ def apply(request, nets: tuple) -> None:
     peer = _ip(request.remote_ip or "")
     if not _trusted(peer, nets):
         return
-    client = None
-    hops = [h for v in request.headers.get_list("X-Forwarded-For") for h in v.split(",")]
-    for hop in reversed(hops):
-        addr = _ip(hop)
-        if addr is None:
-            break  # garbage: stop at the last hop we could read
-        client = addr
-        if not _trusted(addr, nets):
-            break
+    client = _ip(request.headers.get("X-Real-IP", ""))
     if client is None:
-        client = _ip(request.headers.get("X-Real-IP", ""))
+        hops = [h for v in request.headers.get_list("X-Forwarded-For") for h in v.split(",")]
+        for hop in reversed(hops):
+            addr = _ip(hop)
+            if addr is None:
+                break  # garbage: stop at the last hop we could read
+            client = addr
+            if not _trusted(addr, nets):
+                break
     if client is not None:
         request.remote_ip = str(client)
     proto = request.headers.get("X-Forwarded-Proto", "") or request.headers.get("X-Scheme", "")

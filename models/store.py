@@ -46,6 +46,9 @@ INDEXES: dict[str, list[tuple[list, dict]]] = {
               ([("token_id", ASCENDING)], {})],
     "processes": [([("dead", ASCENDING), ("heartbeat", ASCENDING)], {})],
     "invalidations": [([("ts", ASCENDING)], {})],
+    # Pruned by these (models/housekeeping.py).
+    "login_failures": [([("last", ASCENDING)], {})],
+    "allowances": [([("until", ASCENDING)], {})],
 }
 
 

@@ -118,7 +118,9 @@ def test_cookie_secure_only_over_https(relay, admin):
 
 
 def test_forwarded_headers_from_untrusted_peers_are_ignored(mongo_url, tmp_path, admin):
-    p = RelayProcess(mongo_url, str(tmp_path / "plain")).start()
+    # Loopback is trusted by default: here only a network this test is not on.
+    p = RelayProcess(mongo_url, str(tmp_path / "plain"),
+                     env={"RELAY_TRUSTED_PROXIES": "10.9.0.0/16"}).start()
     try:
         a = Api.login(p.url)
         a.create_user("plainuser")

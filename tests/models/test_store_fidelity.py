@@ -695,6 +695,29 @@ def test_allowance_slot_shapes(db):
     case(db, body)
 
 
+def test_pruning_shapes(db):
+    """models/housekeeping.py: the ids of expired records by an indexed
+    range, a bounded batch of them, deleted by $in on ObjectIds and strings."""
+    async def body(db):
+        await db.invalidations.create_index([("ts", 1)])
+        await db.invalidations.insert_many([{"kind": "token", "ts": float(i)} for i in range(10)])
+        ids = [d["_id"] async for d in db.invalidations.find({"ts": {"$lt": 7.5}},
+                                                             {"_id": 1}).limit(5)]
+        assert len(ids) == 5
+        assert (await db.invalidations.delete_many({"_id": {"$in": ids}})).deleted_count == 5
+        left = sorted([d["ts"] async for d in db.invalidations.find({})])
+        assert len(left) == 5 and all(t >= 0 for t in left)
+        assert sum(1 for t in left if t < 7.5) == 3
+        await db.login_failures.insert_many([{"_id": f"ip:{i}", "last": float(i)}
+                                             for i in range(4)])
+        ids = [d["_id"] async for d in db.login_failures.find({"last": {"$lt": 2.0}},
+                                                              {"_id": 1}).limit(1000)]
+        assert sorted(ids) == ["ip:0", "ip:1"]
+        assert (await db.login_failures.delete_many({"_id": {"$in": ids}})).deleted_count == 2
+        assert sorted([d["_id"] async for d in db.login_failures.find({})]) == ["ip:2", "ip:3"]
+    case(db, body)
+
+
 def test_every_known_deviation_names_a_raw_test():
     """A pin for a test that does not check it would pass unseen."""
     import inspect
