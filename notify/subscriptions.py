@@ -22,6 +22,8 @@ from notify import channels, templates
 
 EVENT_TYPES = ("announcement", "marketing", "user_quota_warning", "key_quota_warning")
 MAX_PER_USER = 50
+# Keys one subscription may watch (an account has at most max_keys_per_user).
+MAX_KEY_IDS = 1000
 # Header names whose values are credentials, masked when shown.
 SENSITIVE = re.compile(r"auth|token|key|secret|pass|cookie|sign", re.I)
 MASK_MARK = "********"
@@ -117,7 +119,7 @@ class Subscriptions:
             raise Invalid("The name is longer than 64 characters.")
         out["name"] = name or "default"
         types = body.get("event_types", old.get("event_types"))
-        if not isinstance(types, list) or not types:
+        if not isinstance(types, list) or not types or len(types) > 2 * len(EVENT_TYPES):
             raise Invalid(f"event_types must be a non-empty list of: {', '.join(EVENT_TYPES)}.")
         unknown = [t for t in types if t not in EVENT_TYPES]
         if unknown:
@@ -181,6 +183,8 @@ class Subscriptions:
                 raise Invalid(f"{f} must be a whole number of quota units, 0 or more.")
             out[f] = int(value)
         key_ids = body.get("key_ids", old.get("key_ids", []))
+        if isinstance(key_ids, list) and len(key_ids) > MAX_KEY_IDS:
+            raise Invalid(f"key_ids names at most {MAX_KEY_IDS} keys.")
         if not isinstance(key_ids, list) or not all(
                 isinstance(k, int) and not isinstance(k, bool) for k in key_ids):
             raise Invalid("key_ids must be a list of key ids (empty: all keys).")

@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# Entries of an object field (a webhook's headers): more is no header set.
+MAX_OBJECT_KEYS = 50
+
+
 class DeliveryError(Exception):
     """A failed send.  permanent=True: retrying cannot help (bad config)."""
 
@@ -88,6 +92,8 @@ class Channel:
             value = config.get(f.name)
             if f.kind == "object":
                 value = value or {}
+                if isinstance(value, dict) and len(value) > MAX_OBJECT_KEYS:
+                    raise ValueError(f"{f.name} takes at most {MAX_OBJECT_KEYS} entries.")
                 if not isinstance(value, dict) or not all(
                         isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in value.items()):
                     raise ValueError(f"{f.name} must be an object of string values.")

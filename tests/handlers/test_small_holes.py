@@ -181,3 +181,16 @@ def test_cookies_behind_a_proxy_on_the_same_host_are_secure(relay, admin, mongo_
         assert r.status_code == 200 and "; secure" not in r.headers["Set-Cookie"].lower()
     finally:
         p.stop()
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("key_ids", list(range(1, 1002)), "at most 1000 keys"),
+    ("event_types", ["announcement"] * 9, "event_types"),
+    ("channel_config", {"url": "http://8.8.8.8/x", "headers": {f"X-{i}": "v" for i in range(51)}},
+     "at most 50 entries")])
+def test_subscription_lists_are_bounded(relay, admin, field, value, needle):
+    _, api = someone(admin, relay)
+    body = {"name": "w", "event_types": ["announcement"], "channel_type": "webhook",
+            "channel_config": {"url": "http://8.8.8.8/x"}, field: value}
+    r = api.post("/api/subscription/", body, expect=400)
+    assert needle in r["message"]
