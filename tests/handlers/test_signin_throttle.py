@@ -13,6 +13,9 @@ from pymongo import MongoClient
 
 from tests.helpers import USER_PASSWORD, Api, RelayProcess
 
+# Many password hashes, mails or polled tasks: the slow set (CI runs it).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def relay(mongo_url, tmp_path_factory):

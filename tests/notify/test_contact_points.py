@@ -16,6 +16,9 @@ from tests.helpers import USER_PASSWORD, Api, RelayProcess
 from tests.notify.notify_helpers import subscribe, wait_for
 from tests.notify.test_notify_api import notify_env
 
+# Many password hashes, mails or polled tasks: the slow set (CI runs it).
+pytestmark = pytest.mark.slow
+
 VICTIM = "ceo@victim-corp.example"
 
 

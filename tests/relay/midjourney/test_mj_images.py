@@ -15,6 +15,9 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import USER_PASSWORD, Api, RelayProcess
 from tests.tenant import Tenant
 
+# Many password hashes, mails or polled tasks: the slow set (CI runs it).
+pytestmark = pytest.mark.slow
+
 ENV = {"RELAY_MJ_POLL_INTERVAL": "0.2", "RELAY_ALLOW_PRIVATE_WEBHOOKS": "false"}
 
 
