@@ -75,7 +75,8 @@ class SubscriptionTestHandler(NotifyHandler):
         try:
             result = await self.notifier.test_send(self.current_user, doc)
         except ContactError as exc:
-            raise ApiError(exc.status, exc.message, retry_after=exc.retry_after) from None
+            raise ApiError(exc.status, exc.message, retry_after=exc.retry_after,
+                           code=exc.code) from None
         self.ok(result, "Test message sent." if result["ok"] else "The test message failed.")
 
 

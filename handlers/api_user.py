@@ -100,7 +100,7 @@ async def insert_user(handler: ApiHandler, fields: dict, role: int = ROLE_USER) 
     if await db.users.find_one({"name_key": fields["name_key"]}, {"_id": 1}):
         raise ApiError(409, f"The user name {fields['username']!r} is taken.")
     if fields["email"] and await email_taken(handler, fields["email"]):
-        raise ApiError(409, "That e-mail address is already registered.")
+        raise ApiError(409, "That e-mail address is already registered.", code="email_taken")
     if "password" in fields:
         fields["password_hash"] = await hash_password_async(fields.pop("password"))
     doc = {"_id": await handler.store.next_id("users"), "display_name": fields["username"],
@@ -124,7 +124,8 @@ async def set_email(handler: ApiHandler, user_id: int, email: str) -> dict:
     """Give an account a confirmed address ("" removes it); 409 if another
     account has it.  Returns the account."""
     if email and await email_taken(handler, email, but=user_id):
-        raise ApiError(409, "That e-mail address is already registered to another account.")
+        raise ApiError(409, "That e-mail address is already registered to another account.",
+                       code="email_taken")
     change: dict = {"$set": {"email": email}}
     if email:
         change["$set"]["email_key"] = email
@@ -135,7 +136,7 @@ async def set_email(handler: ApiHandler, user_id: int, email: str) -> dict:
             {"_id": user_id}, change, return_document=True)
     except DuplicateKeyError:
         raise ApiError(409, "That e-mail address is already registered to another "
-                            "account.") from None
+                            "account.", code="email_taken") from None
 
 
 class RegisterHandler(ApiHandler):
@@ -154,7 +155,8 @@ class RegisterHandler(ApiHandler):
         # The address is the account's once its code comes back (notify/contact.py).
         email, fields["email"] = fields["email"], ""
         if email and await email_taken(self, email):
-            raise ApiError(409, "That e-mail address is already registered.")
+            raise ApiError(409, "That e-mail address is already registered.",
+                           code="email_taken")
         doc = await insert_user(self, fields)
         message = "Account created; you can sign in now."
         if email:
@@ -169,7 +171,8 @@ async def confirm_email(handler: ApiHandler, user: dict, email: str) -> str:
     try:
         sent = await handler.ctx["notifier"].contact.start(user, email)
     except ContactError as exc:
-        raise ApiError(exc.status, exc.message, retry_after=exc.retry_after) from None
+        raise ApiError(exc.status, exc.message, retry_after=exc.retry_after,
+                           code=exc.code) from None
     if not sent["sent"]:
         return (f"{email} is kept until it is confirmed, but this server cannot send mail "
                 "yet (ask an administrator to set up SMTP).")
@@ -208,7 +211,7 @@ class SelfHandler(ApiHandler):
         elif email is not None:
             if await email_taken(self, email, but=user["_id"]):
                 raise ApiError(409, "That e-mail address is already registered to another "
-                                    "account.")
+                                    "account.", code="email_taken")
             note = await confirm_email(self, user, email)
         inc = {"session_epoch": 1} if "password_hash" in update else {}
         change = {**({"$set": update} if update else {}), **({"$inc": inc} if inc else {})}
@@ -251,7 +254,7 @@ class EmailConfirmHandler(ApiHandler):
         try:
             email = await self.ctx["notifier"].contact.check(user["_id"], code)
         except ContactError as exc:
-            raise ApiError(exc.status, exc.message) from None
+            raise ApiError(exc.status, exc.message, code=exc.code) from None
         doc = await set_email(self, user["_id"], email)
         await self.ctx["catalog"].changed("user", user["_id"])
         self.ok(user_view(self, doc), f"{email} is your e-mail address now.")

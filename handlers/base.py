@@ -250,7 +250,8 @@ class ApiHandler(SessionMixin, Base):
         if isinstance(exc, ApiError):
             if exc.status == 429 and exc.retry_after:
                 self.set_header("Retry-After", str(exc.retry_after))
-                return self.fail(429, exc.message, {"retry_after": exc.retry_after})
+                return self.fail(429, exc.message, {"retry_after": exc.retry_after,
+                                                    **({"code": exc.code} if exc.code else {})})
             return self.fail(exc.status, exc.message, {"code": exc.code} if exc.code else None)
         if isinstance(exc, jsonin.BadInput):
             return self.fail(exc.status, exc.message)

@@ -22,6 +22,7 @@ import secrets
 import time
 
 from models import allowance
+from notify import words
 from notify.channels.base import DeliveryError, Message
 from notify.channels.email import EmailChannel
 
@@ -39,14 +40,15 @@ def new_code() -> str:
 
 
 class ContactError(Exception):
-    """A refusal with its HTTP status (and, for 429, the seconds to wait)."""
+    """A refusal with its HTTP status (and, for 429, the seconds to wait);
+    `code` names it for the console (`err.<code>` in its strings)."""
 
-
-    def __init__(self, status: int, message: str, retry_after: int = 0):
+    def __init__(self, status: int, message: str, retry_after: int = 0, code: str = ""):
         super().__init__(message)
         self.status = status
         self.message = message
         self.retry_after = retry_after
+        self.code = code
 
 
 class EmailConfirmation:
@@ -64,27 +66,23 @@ class EmailConfirmation:
                                     3600, self.clock)
         if wait:
             raise ContactError(429, f"At most {MAILS_PER_HOUR} confirmation mails an hour: try "
-                                    f"again in {(wait + 59) // 60} minutes.", wait)
+                                    f"again in {(wait + 59) // 60} minutes.", wait,
+                               code="confirm_mails")
         code = new_code()
         now = self.clock()
         await self.store.db.users.update_one({"_id": user["_id"]}, {"$set": {
             "pending_email": email, "email_code": self.vault.lookup_hash(code),
             "email_code_exp": now + VALID_SECONDS, "email_code_tries": 0}})
+        title, content = words.confirm_mail(code, words.language(user))
         msg = Message(id=f"confirm:{user['_id']}:{int(now * 1000)}", event_type="confirm_email",
-                      title="Your confirmation code",
-                      content=(f"Someone asked to receive an AI relay's notifications at this "
-                               f"address. If it was you, enter this code on the account page "
-                               f"of its console within 24 hours:\n\n    {code}\n\n"
-                               f"If it was not you, ignore this mail: nothing changes, and "
-                               f"no other mail follows."),
-                      user={"id": user["_id"], "email": email})
+                      title=title, content=content, user={"id": user["_id"], "email": email})
         if not self.ctx.settings.smtp_host:
             return {"pending_email": email, "sent": False}
         try:
             await EmailChannel().send(msg, {}, self.ctx)
         except DeliveryError as exc:
             raise ContactError(502, f"The confirmation mail could not be sent: "
-                                    f"{exc.message}") from None
+                                    f"{exc.message}", code="confirm_mail_failed") from None
         return {"pending_email": email, "sent": True}
 
     async def check(self, user_id: int, code: str) -> str:
@@ -96,7 +94,8 @@ class EmailConfirmation:
              "email_code_tries": {"$lt": MAX_TRIES}},
             {"$inc": {"email_code_tries": 1}}, return_document=True)
         if doc is None:
-            raise ContactError(404, "There is no e-mail change waiting to be confirmed.")
+            raise ContactError(404, "There is no e-mail change waiting to be confirmed.",
+                               code="no_pending_email")
         typed = "".join(str(code or "").split()).upper()
         right = hmac.compare_digest(str(doc.get("email_code", "")), self.vault.lookup_hash(typed))
         if right and doc.get("email_code_exp", 0) >= self.clock():
@@ -105,8 +104,8 @@ class EmailConfirmation:
         if doc.get("email_code_tries", 0) >= MAX_TRIES or doc.get("email_code_exp", 0) < self.clock():
             await self.forget(user_id)
             raise ContactError(400, "That code is wrong or too old, and the change is dropped: "
-                                    "ask for a new one.")
-        raise ContactError(400, "That code is wrong.")
+                                    "ask for a new one.", code="email_code_dropped")
+        raise ContactError(400, "That code is wrong.", code="email_code_wrong")
 
     async def forget(self, user_id: int) -> None:
         await self.store.db.users.update_one({"_id": user_id}, {"$unset": {

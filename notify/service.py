@@ -182,7 +182,8 @@ class Notifier:
                                     3600, self.clock)
         if wait:
             raise ContactError(429, f"At most {TEST_SENDS_PER_HOUR} test messages an hour: try "
-                                    f"again in {(wait + 59) // 60} minutes.", wait)
+                                    f"again in {(wait + 59) // 60} minutes.", wait,
+                               code="test_sends")
         etype = (sub.get("event_types") or ["announcement"])[0]
         v = await self.sample_vars(etype, user, sub)
         title = words.test_title(v["title"], words.language(user))

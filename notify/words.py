@@ -61,6 +61,13 @@ def warning(etype: str, payload: dict, sub: dict, key_name: str,
             threshold)
 
 
+def confirm_mail(code: str, lang: str) -> tuple[str, str]:
+    """(title, content) of the mail that confirms a new address: our own
+    fixed words and the code, nothing the user wrote, no link."""
+    t = strings.translator(lang)
+    return t("notice.confirm.title"), t("notice.confirm.content", code=code)
+
+
 def sample(event_type: str, lang: str) -> tuple[str, str]:
     """(title, content) of a test message of an announcement-like event."""
     t = strings.translator(lang)

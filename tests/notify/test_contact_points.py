@@ -86,7 +86,7 @@ def test_a_new_address_is_the_accounts_only_once_its_code_comes_back(relays, roo
                       json={"username": victim, "password": USER_PASSWORD})
     assert r.status_code == 401
     r = api.post("/api/user/self/email", {"code": "WRONGCODE2"}, expect=400)
-    assert "wrong" in r["message"]
+    assert "wrong" in r["message"] and r["data"]["code"] == "email_code_wrong"
     me = api.post("/api/user/self/email", {"code": code.lower()})["data"]
     assert me["email"] == victim and me["pending_email"] == ""
     r = requests.post(relay.url + "/api/user/login",
@@ -95,7 +95,7 @@ def test_a_new_address_is_the_accounts_only_once_its_code_comes_back(relays, roo
     # The address is taken now: nobody else may have it.
     _, other = someone(root, relay)
     r = other.put("/api/user/self", {"email": victim}, expect=409)
-    assert "another account" in r["message"]
+    assert "another account" in r["message"] and r["data"]["code"] == "email_taken"
 
 
 def test_wrong_codes_drop_the_change_and_mails_are_limited(relays, root, sink):
@@ -107,7 +107,7 @@ def test_wrong_codes_drop_the_change_and_mails_are_limited(relays, root, sink):
         assert "wrong" in api.post("/api/user/self/email", {"code": f"BADCODE{i}AA"},
                                    expect=400)["message"]
     r = api.post("/api/user/self/email", {"code": "BADCODE9AA"}, expect=400)
-    assert "dropped" in r["message"]
+    assert "dropped" in r["message"] and r["data"]["code"] == "email_code_dropped"
     assert api.get("/api/user/self")["data"]["pending_email"] == ""
     api.post("/api/user/self/email", {"code": "ANYTHING22"}, expect=404)
     # Three confirmation mails an hour per account, whichever addresses.
@@ -116,7 +116,7 @@ def test_wrong_codes_drop_the_change_and_mails_are_limited(relays, root, sink):
     r = api.call("PUT", "/api/user/self", json={"email": f"9{target}"}, expect=429)
     assert int(api.s.put(relay.url + "/api/user/self",
                          json={"email": f"8{target}"}).headers["Retry-After"]) > 60
-    assert "3 confirmation mails an hour" in r["message"]
+    assert "3 confirmation mails an hour" in r["message"] and r["data"]["code"] == "confirm_mails"
     # Removing the address needs no code.
     me = api.put("/api/user/self", {"email": ""})["data"]
     assert me["email"] == "" and me["pending_email"] == ""
@@ -131,6 +131,22 @@ def test_registering_with_an_address_mails_it_a_code(relays, sink):
     assert r.status_code == 200, r.text
     assert r.json()["data"]["email"] == "" and r.json()["data"]["pending_email"] == address
     mail = wait_for(lambda: mails_to(sink, address), what="the code")[0]
+    assert str(mail["Subject"]) == "Your confirmation code"
+    api = Api.login(relay.url, name, USER_PASSWORD)
+    assert api.post("/api/user/self/email", {"code": code_in(mail)})["data"]["email"] == address
+
+
+def test_the_confirmation_mail_is_in_the_accounts_language(relays, sink):
+    """Our own words, in the language the account chose at sign-up."""
+    relay = relays[0]
+    name = "z" + uuid.uuid4().hex[:8]
+    address = f"{name}@signup.example"
+    r = requests.post(relay.url + "/api/user/register",
+                      json={"username": name, "password": USER_PASSWORD, "email": address,
+                            "language": "zh-CN"})
+    assert r.status_code == 200, r.text
+    mail = wait_for(lambda: mails_to(sink, address), what="the code")[0]
+    assert str(mail["Subject"]) == "您的验证码" and "24 小时内" in mail.get_content()
     api = Api.login(relay.url, name, USER_PASSWORD)
     assert api.post("/api/user/self/email", {"code": code_in(mail)})["data"]["email"] == address
 
