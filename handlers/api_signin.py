@@ -50,7 +50,7 @@ class LoginHandler(ApiHandler):
             await throttle.release(claim)
             raise
         if not right:
-            # It stays counted.
+            await throttle.failed(claim)  # it stays counted
             raise ApiError(401, "Wrong user name or password.", code="wrong_credentials")
         if doc.get("status", USER_ENABLED) != USER_ENABLED:
             await throttle.release(claim)

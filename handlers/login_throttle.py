@@ -54,7 +54,8 @@ def wait_for(rule: Rule, failures: int) -> float:
 
 @dataclass
 class Claim:
-    """One attempt counted in advance: (key, the wait before it, the version it set)."""
+    """One attempt counted in advance: (key, the wait before it, the version
+    it set, the wait its count calls for)."""
     held: list
 
 
@@ -94,7 +95,7 @@ class LoginThrottle:
                                                 "v": 1})
                 except DuplicateKeyError:
                     continue  # a racing attempt counted first: count after it
-                claim.held.append((key, 0.0, 1))
+                claim.held.append((key, 0.0, 1, until - now))
                 return 0
             fresh = now - doc.get("last", 0) < FORGET_AFTER
             if fresh and doc.get("until", 0) > now:
@@ -109,14 +110,15 @@ class LoginThrottle:
                 {"_id": key, "v": doc["v"] if "v" in doc else {"$exists": False}},
                 {"$set": {"n": n, "last": now, "until": until, "v": version}})
             if r.matched_count:
-                claim.held.append((key, doc.get("until", 0) if fresh else 0.0, version))
+                claim.held.append((key, doc.get("until", 0) if fresh else 0.0, version,
+                                   until - now))
                 return 0
         return 1
 
     async def release(self, claim: Claim | None) -> None:
         """Give back what `claim` counted: the attempt was no failure (the
         password was right, or it was never checked)."""
-        for key, before, version in (claim.held if claim else ()):
+        for key, before, version, _wait in (claim.held if claim else ()):
             r = await self.coll.update_one({"_id": key, "v": version, "n": {"$gt": 0}},
                                            {"$inc": {"n": -1, "v": 1}, "$set": {"until": before}})
             if not r.matched_count:  # counted on since: only the count goes back
@@ -124,6 +126,16 @@ class LoginThrottle:
                                            {"$inc": {"n": -1, "v": 1}})
         if claim:
             claim.held = []
+
+    async def failed(self, claim: Claim | None) -> None:
+        """The password was wrong: the wait its count calls for runs from now,
+        not from the claim (a check that took seconds on a busy machine
+        would otherwise have used the wait up)."""
+        now = self.clock()
+        for key, _before, _version, wait in (claim.held if claim else ()):
+            if wait > 0:
+                await self.coll.update_one({"_id": key, "until": {"$lt": now + wait}},
+                                           {"$set": {"until": now + wait}})
 
     async def succeeded(self, keys, claim: Claim | None) -> None:
         """The password was right: the attempt is given back, and a device

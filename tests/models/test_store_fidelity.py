@@ -624,7 +624,7 @@ def test_set_keeps_every_digit_of_a_double(db, expect):
 def test_sign_in_throttle_shapes(db):
     """handlers/login_throttle.py: a count claimed by its integer version
     (or by its absence), a racing first insert refused by code, the count
-    given back; sparse unique keys on users (models/migrations.py)."""
+    given back, a wait moved on only if later; sparse unique keys on users (models/migrations.py)."""
     async def body(db):
         c = db.login_failures
         await c.insert_one({"_id": "acct:1", "n": 1, "last": 5.0, "until": 5.0, "v": 1})
@@ -640,6 +640,12 @@ def test_sign_in_throttle_shapes(db):
         assert r.matched_count == 1
         assert await c.find_one({"_id": "acct:1"}) == {"_id": "acct:1", "n": 1, "last": 6.0,
                                                        "until": 5.0, "v": 3}
+        # A wrong password's wait from the answer: moved on only if later.
+        r = await c.update_one({"_id": "acct:1", "until": {"$lt": 4.5}}, {"$set": {"until": 4.5}})
+        assert r.matched_count == 0
+        r = await c.update_one({"_id": "acct:1", "until": {"$lt": 7.25}},
+                               {"$set": {"until": 7.25}})
+        assert r.matched_count == 1 and (await c.find_one({"_id": "acct:1"}))["until"] == 7.25
         await c.insert_one({"_id": "ip:x", "n": 3, "last": 1.0, "until": 1.0})
         r = await c.update_one({"_id": "ip:x", "v": {"$exists": False}}, {"$set": {"v": 1}})
         assert r.matched_count == 1
