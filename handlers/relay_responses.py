@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from handlers.relay_base import RelayHandler
 from relay.faces import responses as face
+from relay.money import tokenizer
 
 
 class _Responses(RelayHandler):
@@ -72,7 +73,8 @@ class InputItemsHandler(_Responses):
 class InputTokensHandler(_Responses):
     async def post(self) -> None:
         auth = await self.auth()
-        model, n = face.input_tokens(self.body)
+        body = self.body
+        model, n = await tokenizer.off_loop(tokenizer.is_long(body), face.input_tokens, body)
         service = self.ctx["service"]
         service.check_model(auth, model)
         channels = service.scheduler.candidates(auth.group, model)

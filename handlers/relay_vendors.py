@@ -12,6 +12,7 @@ from handlers.relay_base import RelayHandler
 from handlers.fallback import NotFoundHandler
 from handlers.relay_openai import answer_models
 from relay.faces.count_tokens import count_tokens
+from relay.money import tokenizer
 from relay.faces import anthropic as aface
 from relay.faces import gemini as gface
 
@@ -64,7 +65,9 @@ class GenerateHandler(_VendorRelay):
         auth = await self.auth()
         if method == "countTokens":
             self.ctx["service"].check_model(auth, model)
-            self.finish({"totalTokens": gface.count_tokens(self.body, model)})
+            body = self.body
+            self.finish({"totalTokens": await tokenizer.off_loop(
+                tokenizer.is_long(body), gface.count_tokens, body, model)})
             return
         alt = self.get_query_argument("alt", None) or self.get_query_argument("$alt", "")
         call = gface.parse(self.request_id, self.body, model, method,

@@ -4,7 +4,7 @@
 2. check group, IP allow-list, model lock     -> authenticate(), check_model()
 3. pick channels for (group, model)           -> scheduler.candidates(), priced()
    rate and concurrency limits                -> limits.admit() (relay/money/limits.py)
-4. reserve the cost                           -> billing.reserve()
+4. reserve the most it can cost               -> bounds.worst_case(), billing.reserve()
 5. convert the request for the vendor         -> adaptor.prepare()
 6. relay the upstream reply                   -> relay/attempts.py
 7. settle from real usage                     -> billing.settle()
@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from models.records import TOKEN_DISABLED, TOKEN_EXHAUSTED, TOKEN_EXPIRED, USER_ENABLED, Token, User
-from relay import registry
+from relay import bounds, registry
 from relay.money import pricing, tokenizer
 from relay.adaptors.base import Call, retryable, serves
 from relay.attempts import Outcome, Sink, attempt_plain, attempt_stream
 from relay.catalog import MAX_KEY_LENGTH
-from relay.money.billing import QuotaExhausted
+from relay.money.billing import TOKEN, QuotaExhausted
 from relay.serving.buglog import log_bug
 from relay.errors import RelayError, forbidden, unauthorized
 from relay.upstream.client import Cancel
@@ -34,10 +34,7 @@ from relay.upstream.client import Cancel
 log = logging.getLogger("relay.service")
 
 # Endpoints whose canonical body is a chat request (the Responses face converts).
-CHAT_LIKE = ("chat", "responses", "responses_compact")
-# No model writes more than this; a bigger max_tokens (1e20) is the
-# upstream's to refuse, not a reservation to overflow.
-MAX_RESERVED_OUTPUT = 10_000_000
+CHAT_LIKE = bounds.CHAT_LIKE
 
 
 @dataclass
@@ -150,40 +147,28 @@ class RelayService:
 
     # ---- 4: what to reserve -------------------------------------------------
     def prompt_tokens(self, call: Call) -> int:
+        """The call's input tokens as we count them (for a call whose
+        upstream reports none).  A long input takes milliseconds: callers on
+        the event loop go through tokenizer.off_loop."""
         if "prompt_tokens" not in call.extra:
             b = call.body
             if call.endpoint in CHAT_LIKE:
                 n = tokenizer.count_messages(b.get("messages") or [], call.model, b.get("tools"))
-            elif call.endpoint == "embeddings":
-                inp = b.get("input")
-                items = inp if isinstance(inp, list) else [inp]
-                n = sum(tokenizer.count_text(i, call.model) if isinstance(i, str) else
-                        len(i) if isinstance(i, list) else 0 for i in items)
+            elif "prompt_text" in call.extra:  # a face that knows the text (moderations)
+                n = tokenizer.count_text(call.extra["prompt_text"], call.model)
             else:
-                n = tokenizer.count_text(str(b.get("prompt") or b.get("input") or ""), call.model)
+                n = _count_inputs(b.get("prompt") if b.get("prompt") is not None
+                                  else b.get("input"), call.model)
             call.extra["prompt_tokens"] = n
         return call.extra["prompt_tokens"]
 
-    def estimate(self, auth: Auth, call: Call, price) -> int:
+    def estimate(self, auth: Auth, call: Call, channels: list, prices: dict) -> int:
+        """What to reserve: the most the call can cost on any channel it may
+        be tried on (relay/bounds.py)."""
         per_call = auth.token.billing_mode == "per_call"
-        units = int(call.extra.get("units", 1))
-        if call.endpoint in CHAT_LIKE:
-            b = call.body
-            out = b.get("max_completion_tokens") or b.get("max_tokens") or self.settings.default_max_tokens
-            try:
-                out = min(max(int(out), 1), MAX_RESERVED_OUTPUT)
-            except (TypeError, ValueError, OverflowError):
-                out = self.settings.default_max_tokens
-            # Reserving needs no exact count (the bill is settled from the
-            # upstream's usage), so chat skips the BPE pass here.
-            prompt = tokenizer.approx_messages(b.get("messages") or [], b.get("tools"))
-        else:
-            # A face that knows the most output a call may bill (legacy
-            # completions' max_tokens) says so; others reserve the input.
-            out = int(call.extra.get("reserve_output", 0))
-            prompt = self.prompt_tokens(call)
-        usage = pricing.Usage(prompt, out, 0, units)
-        return pricing.cost(usage, price, auth.rate, per_call)
+        return max(bounds.worst_case(call, c, prices[c.id], auth.rate, per_call,
+                                     self.settings.default_max_tokens)
+                   for c in channels[: self.settings.retries + 1])
 
     # ---- the call -----------------------------------------------------------
     async def relay(self, call: Call, auth: Auth, sink: Sink, face, cancel: Cancel) -> Outcome:
@@ -193,12 +178,16 @@ class RelayService:
         self.check_model(auth, call.model)
         channels, prices = self.priced(auth, call.model, self.channels_for(auth, call))
         price = prices[channels[0].id]
-        estimate = self.estimate(auth, call, price)
+        estimate = self.estimate(auth, call, channels, prices)
         ticket = await self.limits.admit(auth.token, auth.user) if self.limits else None
         try:
             res = await self.billing.reserve(call.request_id, auth.user.id, auth.token.id,
                                              not auth.token.unlimited_quota, estimate,
                                              auth.user.credit_limit)
+        except QuotaExhausted as exc:
+            if self.limits:
+                self.limits.done(ticket)
+            raise over_balance(exc, estimate, call) from None
         except BaseException:
             if self.limits:
                 self.limits.done(ticket)
@@ -221,7 +210,11 @@ class RelayService:
                 self.limits.done(ticket, outcome.usage)
             # Billed at the price of the channel that answered.
             price = prices.get(getattr(outcome.channel, "id", None), price)
-            await self._settle(call, auth, price, res, outcome, t0, cancel)
+            try:
+                await self._settle(call, auth, price, res, outcome, t0, cancel)
+            except Exception as exc:  # the reservation is charged, never left open
+                log_bug(log, f"settling {call.request_id}", exc)
+                await self._settle_failed(call, auth, res, outcome, t0, exc)
         return outcome
 
     @property
@@ -264,10 +257,9 @@ class RelayService:
         usage = out.usage
         delivered = out.error is None or out.started or (cancel.cancelled and out.streamed_text)
         if usage is None and delivered:
-            usage = pricing.Usage(self.prompt_tokens(call),
-                                  tokenizer.count_text(out.streamed_text, call.model)
-                                  if out.streamed_text else self._completion_estimate(out, call),
-                                  0, int(call.extra.get("units", 1)), estimated=True)
+            long = tokenizer.is_long(out.streamed_text, call.raw) or (
+                not call.raw and call.endpoint in CHAT_LIKE)
+            usage = await tokenizer.off_loop(long, self._estimate_usage, call, out)
         if usage is not None and call.extra.get("units") and not usage.units:
             usage = replace(usage, units=int(call.extra["units"]))
         cost = 0
@@ -294,15 +286,69 @@ class RelayService:
         }
         out.charged = await self.billing.settle(res, cost, record)
 
+    def _estimate_usage(self, call: Call, out: Outcome) -> pricing.Usage:
+        """What a call that delivered without usage is billed: the prompt and
+        what was streamed (or answered), counted offline."""
+        return pricing.Usage(self.prompt_tokens(call),
+                             tokenizer.count_text(out.streamed_text, call.model)
+                             if out.streamed_text else self._completion_estimate(out, call),
+                             0, int(call.extra.get("units", 1)),
+                             # Moderations: our count is the basis itself, no estimate.
+                             estimated=not call.extra.get("counted_basis"))
+
+    async def _settle_failed(self, call, auth, res, out: Outcome, t0: float, exc) -> None:
+        """Settling raised (a bug): the call is charged its reservation,
+        which bounds what it could cost, and its record says why."""
+        if res.done:
+            return
+        record = {
+            "_id": call.request_id, "user_id": auth.user.id, "username": auth.user.username,
+            "token_id": auth.token.id, "token_name": auth.token.name, "group": auth.group,
+            "model": call.model, "upstream_model": call.upstream_model,
+            "channel_id": getattr(out.channel, "id", None), "endpoint": call.endpoint,
+            "face": call.face, **pricing.Usage().record(), "estimated": True,
+            "duration_ms": int((time.monotonic() - t0) * 1000), "ttfb_ms": int(out.ttfb * 1000),
+            "status": 200 if out.error is None else out.error.status, "stream": call.stream,
+            "client_ip": auth.client_ip, "billing_mode": auth.token.billing_mode,
+            "error": f"settling failed ({type(exc).__name__}): charged the reservation"[:500],
+            "created_at": time.time(),
+        }
+        try:
+            out.charged = await self.billing.settle(res, res.amount, record)
+        except Exception as again:
+            log_bug(log, f"charging the reservation of {call.request_id}", again)
+
     def _completion_estimate(self, out: Outcome, call: Call) -> int:
-        if out.body and call.endpoint in CHAT_LIKE:
+        if out.body and call.endpoint in CHAT_LIKE + ("completions",):
             try:
                 return tokenizer.count_text(
-                    "".join((c.get("message") or {}).get("content") or ""
+                    "".join(str((c.get("message") or {}).get("content") or c.get("text") or "")
                             for c in out.body.get("choices") or ()), call.model)
             except (AttributeError, TypeError):
                 return 0
         return 0
+
+
+def over_balance(exc: QuotaExhausted, estimate: int, call: Call) -> RelayError:
+    """The 403 for a call whose worst case is more than the balance holds."""
+    who = "API key" if exc.kind == TOKEN else "account"
+    what = ("max_tokens (or the model's output limit when none is given), n and the size "
+            "of the input" if call.endpoint in CHAT_LIKE else "what it asks for")
+    return RelayError(403, f"This call could cost up to {estimate} quota units, more than "
+                           f"the {who}'s balance allows; it was not sent. The bound comes from "
+                           f"{what}: lower it, or top up.", "insufficient_quota", exc.code)
+
+
+def _count_inputs(value, model: str) -> int:
+    """Tokens of a prompt or input given as text, texts, token ids, or
+    lists of token ids (legacy completions, embeddings)."""
+    if isinstance(value, str):
+        return tokenizer.count_text(value, model)
+    if isinstance(value, list):
+        if all(isinstance(i, int) for i in value):
+            return len(value)
+        return sum(_count_inputs(i, model) for i in value if isinstance(i, (str, list)))
+    return 0
 
 
 __all__ = ["RelayService", "Auth", "Outcome", "Sink", "QuotaExhausted"]

@@ -1,11 +1,11 @@
 """Reading the non-streamed answers of OpenAI-format endpoints besides chat:
 legacy completions, moderations and rerank.  Each returns (doc, usage) like
-Adaptor.parse; usage is never None, so that a call the upstream answered is
-billed on a known basis even when the upstream reported nothing.
+Adaptor.parse; a usage of None is estimated by the service (relay/service.py
+_estimate_usage), so a call the upstream answered is billed on a known basis
+even when the upstream reported nothing.
 """
 from __future__ import annotations
 
-from relay.money import tokenizer
 from relay.adaptors.base import Call
 from relay.money.pricing import Usage
 
@@ -14,23 +14,19 @@ def _int(value) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-def completions(call: Call, doc: dict, usage: Usage | None) -> tuple[dict, Usage]:
-    """Billed from the upstream's usage; without one, estimated from the
-    prompt and the text that came back."""
-    if usage is not None:
-        return doc, usage
-    text = "".join(str(c.get("text") or "") for c in doc.get("choices") or ()
-                   if isinstance(c, dict))
-    return doc, Usage(prompt_tokens=int(call.extra.get("prompt_tokens") or 0),
-                      completion_tokens=tokenizer.count_text(text, call.model), estimated=True)
+def completions(call: Call, doc: dict, usage: Usage | None) -> tuple[dict, Usage | None]:
+    """Billed from the upstream's usage; without one, the service estimates
+    it from the prompt and the text that came back (off the event loop when
+    long)."""
+    return doc, usage
 
 
-def moderations(call: Call, doc: dict, usage: Usage | None) -> tuple[dict, Usage]:
+def moderations(call: Call, doc: dict, usage: Usage | None) -> tuple[dict, Usage | None]:
     """OpenAI reports no usage for moderations (they are free there): the
-    input's tokens as we counted them are the basis, one call."""
+    service then bills the input's tokens as we count them, one call."""
     if usage is not None and (usage.prompt_tokens or usage.completion_tokens):
         return doc, usage
-    return doc, Usage(prompt_tokens=int(call.extra.get("prompt_tokens") or 0), units=1)
+    return doc, None
 
 
 def rerank(call: Call, doc: dict, usage: Usage | None) -> tuple[dict, Usage]:

@@ -90,6 +90,10 @@ def usage_to_openai(meta: dict | None) -> dict:
 
 
 # ---- requests: Gemini -> OpenAI --------------------------------------------
+# Gemini answers at most this many candidates a call.
+MAX_CANDIDATES = 8
+
+
 def validate(doc: dict) -> None:
     contents = doc.get("contents")
     if not isinstance(contents, list) or not contents:
@@ -102,6 +106,16 @@ def validate(doc: dict) -> None:
         if c.get("role", "user") not in ("user", "model", "function", "tool"):
             raise bad_request(f"* GenerateContentRequest.contents[{i}].role: must be 'user' or "
                               "'model'.", "invalid_role", "contents")
+    cfg = doc.get("generationConfig") or doc.get("generation_config")
+    if isinstance(cfg, dict):
+        for key in ("candidateCount", "candidate_count"):
+            n = cfg.get(key)
+            # Gemini's own bound; each candidate is billed, so it bounds the reservation.
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int)
+                                  or not 1 <= n <= MAX_CANDIDATES):
+                raise bad_request(f"* GenerateContentRequest.generation_config.candidate_count: "
+                                  f"must be a whole number from 1 to {MAX_CANDIDATES}.",
+                                  "invalid_value", f"generationConfig.{key}")
 
 
 def _media_part(part: dict) -> dict | None:
@@ -168,12 +182,16 @@ def request_to_openai(doc: dict, model: str) -> dict:
             messages.append({"role": "user", "content": content})
     body: dict = {"model": model, "messages": messages}
     cfg = doc.get("generationConfig") or doc.get("generation_config") or {}
-    for src, dst in (("temperature", "temperature"), ("topP", "top_p"),
-                     ("maxOutputTokens", "max_tokens"), ("candidateCount", "n"), ("seed", "seed"),
-                     ("presencePenalty", "presence_penalty"),
-                     ("frequencyPenalty", "frequency_penalty")):
-        if cfg.get(src) is not None:
-            body[dst] = cfg[src]
+    for src, snake, dst in (("temperature", "temperature", "temperature"),
+                            ("topP", "top_p", "top_p"),
+                            ("maxOutputTokens", "max_output_tokens", "max_tokens"),
+                            ("candidateCount", "candidate_count", "n"), ("seed", "seed", "seed"),
+                            ("presencePenalty", "presence_penalty", "presence_penalty"),
+                            ("frequencyPenalty", "frequency_penalty", "frequency_penalty")):
+        # Gemini reads either spelling, as its JSON mapping of protobuf does.
+        value = cfg.get(src) if cfg.get(src) is not None else cfg.get(snake)
+        if value is not None:
+            body[dst] = value
     if cfg.get("stopSequences"):
         body["stop"] = list(cfg["stopSequences"])
     effort = effort_from_thinking(cfg.get("thinkingConfig") or cfg.get("thinking_config"))

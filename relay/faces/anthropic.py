@@ -37,7 +37,22 @@ def _call(request_id: str, raw: bytes, doc: dict, headers, query: str) -> Call:
         if headers and headers.get(name):
             call.extra[name.replace("-", "_")] = headers.get(name)
     call.extra["anthropic_query"] = _client_query(query)
+    call.extra["native_references"] = _unconverted_references(doc.get("messages"))
     return call
+
+
+def _unconverted_references(messages) -> int:
+    """Images and documents given by file id, and documents by URL: the
+    canonical body does not carry them as references (relay/bounds.py)."""
+    n = 0
+    for msg in messages if isinstance(messages, list) else ():
+        content = msg.get("content") if isinstance(msg, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") in ("image", "document"):
+                src = block.get("source")
+                kind = src.get("type") if isinstance(src, dict) else None
+                n += kind == "file" or (kind == "url" and block["type"] == "document")
+    return n
 
 
 def parse_messages(request_id: str, raw: bytes, headers=None, query: str = "") -> Call:

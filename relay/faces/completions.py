@@ -13,7 +13,6 @@ What is reserved and billed:
 """
 from __future__ import annotations
 
-from relay.money import tokenizer
 from relay.adaptors.base import Call
 from relay.errors import bad_request
 from relay.faces.openai import StreamWriter, load_json, render, require_model  # noqa: F401
@@ -73,15 +72,14 @@ def parse_completions(request_id: str, raw: bytes) -> Call:
     stream = bool(doc.get("stream"))
     opts = doc.get("stream_options")
     wants_usage = stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
-    tokens = sum(tokenizer.count_text(p, model) if isinstance(p, str) else len(p)
-                 for p in prompts)
     # best_of candidates are generated (and billed) server-side; n are returned.
     out = ((DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens) * max(n, best_of or 1)
            * len(prompts))
+    # The prompt is counted only if the upstream reports no usage (the
+    # service does it, off the event loop when long).
     return Call(request_id=request_id, endpoint="completions", face=FAMILY, model=model,
                 body=doc, raw=raw, native_body=doc, stream=stream,
-                client_wants_usage=wants_usage,
-                extra={"prompt_tokens": tokens, "reserve_output": out})
+                client_wants_usage=wants_usage, extra={"reserve_output": out})
 
 
 def moderation_text(inp) -> str:
@@ -120,4 +118,4 @@ def parse_moderations(request_id: str, raw: bytes) -> Call:
     text = moderation_text(doc.get("input"))
     return Call(request_id=request_id, endpoint="moderations", face=FAMILY, model=model,
                 body=doc, raw=raw, native_body=doc,
-                extra={"prompt_tokens": tokenizer.count_text(text, model)})
+                extra={"prompt_text": text, "counted_basis": True})

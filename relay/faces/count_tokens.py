@@ -17,6 +17,7 @@ from relay import registry
 from relay.adaptors.base import Call
 from relay.errors import RelayError
 from relay.faces import anthropic as face
+from relay.money import tokenizer
 from relay.serving import redact
 
 # Upstream answers passed on as they are: the count, or the upstream's own
@@ -47,5 +48,6 @@ async def count_tokens(service, auth, call: Call, cancel) -> tuple[int, dict, by
                 body = redact.scrub(body.decode("utf-8", "replace")).encode()
             return resp.status, {"Content-Type": resp.headers.get(
                 "Content-Type", "application/json")}, body
-    body = json.dumps({"input_tokens": face.estimate_tokens(call)}).encode()
+    n = await tokenizer.off_loop(tokenizer.is_long(call.raw), face.estimate_tokens, call)
+    body = json.dumps({"input_tokens": n}).encode()
     return 200, {"Content-Type": "application/json"}, body

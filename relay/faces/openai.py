@@ -12,6 +12,8 @@ from relay.adaptors.base import Call, Chunk
 from relay.errors import bad_request
 
 FAMILY = "openai"
+# The most choices (`n`) OpenAI answers in one chat call.
+MAX_N = 128
 
 
 def load_json(raw: bytes) -> dict:
@@ -36,6 +38,10 @@ def parse_chat(request_id: str, raw: bytes) -> Call:
     messages = doc.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty array.", "missing_messages", "messages")
+    n = doc.get("n")
+    # OpenAI's own bound; every choice is billed, so it bounds the reservation.
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N):
+        raise bad_request(f"'n' must be a whole number from 1 to {MAX_N}.", "invalid_value", "n")
     stream = bool(doc.get("stream"))
     options = doc.get("stream_options") or {}
     if not isinstance(options, dict):

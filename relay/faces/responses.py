@@ -55,6 +55,9 @@ def continue_from(call: Call, history: list) -> None:
         bridge.body["messages"].append({"role": "user", "content": COMPACT_PROMPT})
     call.body = bridge.body
     call.extra["bridge"] = bridge
+    # Files and images by id or URL that the bridge could not carry still
+    # reach a Responses upstream (relay/bounds.py).
+    call.extra["native_references"] = sum("file_id" in p for p in bridge.problems)
 
 
 # A compaction on a channel that speaks only chat is the model's own summary.

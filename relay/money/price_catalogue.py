@@ -23,6 +23,7 @@ no administrator has overridden.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -65,7 +66,23 @@ _KEYS = {
 _SPECIFIC = {"cache_write_5m_mtok", "input_audio_hours"}
 
 _cache: TTLCache = TTLCache(maxsize=20_000, ttl=3600)
+_limits: TTLCache = TTLCache(maxsize=20_000, ttl=3600)
 _MISS = object()
+
+# The most output tokens one answer of a model may hold, as each vendor
+# documents it (genai-prices knows context windows, not these).  The first
+# pattern that matches the upstream model name, without a "vendor/" prefix,
+# wins; reasoning and thinking tokens count within these limits.
+OUTPUT_LIMITS = tuple((re.compile(p), n) for p, n in (
+    (r"^gpt-5(\.\d+)?-chat", 16_384), (r"^gpt-5", 128_000),
+    (r"^o1-mini", 65_536), (r"^o1-preview", 32_768), (r"^o[1-9]", 100_000),
+    (r"^gpt-4\.1", 32_768), (r"^gpt-4o", 16_384), (r"^chatgpt-4o", 16_384),
+    (r"^gpt-4-turbo|^gpt-4-\d{4}-preview", 4_096), (r"^gpt-4(-\d{4})?$", 8_192),
+    (r"^gpt-3\.5", 4_096),
+    (r"^claude-opus-4-[5-9]|^claude-(sonnet|haiku)-4|^claude-3-7", 64_000),
+    (r"^claude-opus-4", 32_000), (r"^claude-3-5", 8_192), (r"^claude-3", 4_096),
+    (r"^(models/)?gemini-(2\.5|[3-9])", 65_536), (r"^(models/)?gemini-", 8_192),
+))
 
 
 def lookup(channel_type: str, model: str) -> Price | None:
@@ -85,6 +102,43 @@ def lookup(channel_type: str, model: str) -> Price | None:
 
 def clear() -> None:
     _cache.clear()
+    _limits.clear()
+
+
+def limits(channel_type: str, model: str) -> tuple[int | None, int | None]:
+    """(context window, most output tokens) of the upstream model, each
+    None when unknown: the output limit from OUTPUT_LIMITS, the context
+    window from the catalogue.  Never raises; cached."""
+    key = (channel_type, model)
+    hit = _limits.get(key)
+    if hit is None:
+        name = model.split("/", 1)[1] if "/" in model and not model.startswith("models/") \
+            else model
+        out = next((n for pat, n in OUTPUT_LIMITS if pat.match(name.lower())), None)
+        window = None
+        try:
+            window = _context_window(channel_type, model)
+        except Exception:  # a catalogue bug must not take the relay down
+            log.exception("price catalogue lookup failed for %s %s", channel_type, model)
+        hit = _limits[key] = (window, out)
+    return hit
+
+
+def _context_window(channel_type: str, model: str) -> int | None:
+    provider_id = PROVIDERS.get(channel_type)
+    if genai_prices is None or provider_id is None or not model:
+        return None
+    snap = data_snapshot.get_snapshot()
+    names = [model] + ([model.split("/", 1)[1]] if "/" in model else [])
+    for name in names:
+        for pid in (provider_id, None):
+            try:
+                _provider, info = snap.find_provider_model(name, None, pid, None)
+            except LookupError:
+                continue
+            if info.context_window:
+                return int(info.context_window)
+    return None
 
 
 def _resolve(channel_type: str, model: str) -> Price | None:

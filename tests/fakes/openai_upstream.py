@@ -24,6 +24,8 @@ The request body may steer the answer (the relay passes unknown fields on):
     fake_chunks  how many content chunks to stream (default 3)
     fake_delay   seconds between chunks (default 0)
     fake_text    the reply text (default "Hello from the fake upstream.")
+`n` choices are answered (whole answers; a stream carries index 0), each
+counted in the usage, and n over 128 is refused with 400, as OpenAI does.
 Models named o1, o1-mini, o1-preview reject a system message with 400, as
 OpenAI does; `reasoning_effort` is refused with 400 by models that are not
 reasoning models (o-series, gpt-5), as OpenAI does, and gpt-4o models refuse an
@@ -129,7 +131,13 @@ class ChatHandler(_Base):
                          b.get("tool_choice") != "none")
         text = turn.text
         nchunks = max(1, int(b.get("fake_chunks", 3)))
-        usage = dict(prompt_tokens=10, completion_tokens=nchunks, cached_tokens=0)
+        n = b.get("n") if isinstance(b.get("n"), int) and b.get("n") > 0 else 1
+        if n > 128:
+            return _err(self, 400, f"Invalid 'n': integer above maximum value. Expected a value "
+                                   f"<= 128, but got {n} instead.", "invalid_request_error",
+                        "integer_above_max_value")
+        # Every choice is generated and billed: the usage counts them all.
+        usage = dict(prompt_tokens=10, completion_tokens=nchunks * n, cached_tokens=0)
         usage.update(b.get("fake_usage") or {})
         usage_doc = {"prompt_tokens": usage["prompt_tokens"],
                      "completion_tokens": usage["completion_tokens"],
@@ -148,8 +156,9 @@ class ChatHandler(_Base):
                 message["tool_calls"] = [tool_call]
             return self.finish({
                 "id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
-                "choices": [{"index": 0, "message": message,
-                             "finish_reason": "tool_calls" if tool_call else "stop"}],
+                "choices": [{"index": i, "message": message,
+                             "finish_reason": "tool_calls" if tool_call else "stop"}
+                            for i in range(n)],
                 "usage": usage_doc})
         self.set_header("Content-Type", "text/event-stream")
         delay = float(b.get("fake_delay", 0)) + (self.fake.slow_delay if self.mode == "slow" else 0)

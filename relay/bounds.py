@@ -1,0 +1,171 @@
+"""The most a call can cost: what is reserved before it runs.
+
+A reservation is an upper bound of the charge, so that no call spends past
+the balance (a call whose bound is above it is refused with 403 before
+anything is sent) and `unpaid` stays 0 for a limited key or an account
+without a credit limit.  The bound is
+    input   the client's body in bytes (a byte-level BPE token is at least a
+            byte; base64 media count by their bytes), plus a fixed number of
+            tokens for each file or image given by reference (URL, file id)
+            and for tool definitions (vendors add a system prompt for
+            them), but never more than the model's context window;
+    output  max_tokens (or the face's own name for it), else the model's
+            documented output limit (relay/money/price_catalogue.py), else
+            the setting `default_max_tokens`; times the choices asked for
+            (`n`, `candidateCount`);
+priced at the dearest component of each side (a cache write, audio or
+image input; reasoning, audio or image output), at the prompt-size tier the
+input bound falls in, times the group rate.  Faces that know their own
+bound say so in call.extra: "reserve_output" (legacy completions: max_tokens
+x max(n, best_of) x prompts) and "units" (images, characters, seconds).
+
+Cost: the size of the body is its length; only the list contents of the
+canonical messages (images, files) are looked into.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from decimal import Decimal
+
+from models.records import Price
+from relay.money import pricing
+from relay.money import price_catalogue
+
+CHAT_LIKE = ("chat", "responses", "responses_compact")
+# No model writes more than this; a bigger max_tokens (1e20) is the
+# upstream's to refuse, not a reservation to overflow.
+MAX_RESERVED_OUTPUT = 10_000_000
+# Tokens reserved for a file or image the upstream fetches by reference: a
+# high-detail image is at most about 6,000 (OpenAI's patch models), a PDF
+# page about 3,000.
+REFERENCE_TOKENS = 16_384
+# What vendors add to the prompt when tools are offered (Anthropic's tool
+# system prompt is 300-700 tokens).
+TOOLS_TOKENS = 1_024
+# An unknown context window is taken to be this large.
+MAX_CONTEXT = 2_000_000
+
+
+_INPUT_PARTS = ("input_price", "cache_write_price", "cache_write_1h_price", "audio_input_price",
+                "image_input_price")
+_OUTPUT_PARTS = ("output_price", "reasoning_price", "audio_output_price", "image_output_price")
+
+
+def dearest(price: Price, prompt_tokens: int) -> Price:
+    """The price at the tier a prompt of this size falls in, with every
+    input part at the dearest input price and every output part at the
+    dearest output price: what bounds any mix of parts."""
+    p = price.at(prompt_tokens) if price.tiers else price
+    inp = max(getattr(p, f) for f in _INPUT_PARTS)
+    out = max(getattr(p, f) for f in _OUTPUT_PARTS)
+    if inp == p.input_price and out == p.output_price and not p.cache_price:
+        return p
+    zero = Decimal(0)
+    return replace(p, input_price=inp, output_price=out, cache_price=zero,
+                   cache_write_price=zero, cache_write_1h_price=zero, audio_input_price=zero,
+                   audio_cache_price=zero, image_input_price=zero, image_cache_price=zero,
+                   reasoning_price=zero, audio_output_price=zero, image_output_price=zero,
+                   tiers=())
+
+
+def body_bytes(call) -> bytes:
+    """The client's body as it will be sent (or as it came)."""
+    return call.raw or b""
+
+
+def prompt_bound(call, channel) -> int:
+    """Input tokens the call can be billed at most (see the module doc)."""
+    raw = body_bytes(call)
+    n = len(raw) if raw else _json_size(call)
+    if call.endpoint in CHAT_LIKE:
+        body = call.body
+        n += REFERENCE_TOKENS * (references(body.get("messages"))
+                                 + int(call.extra.get("native_references") or 0))
+        if body.get("tools") or (call.native_body or {}).get("tools"):
+            n += TOOLS_TOKENS
+    # A conversation continued from a response the upstream keeps.
+    n += int(call.extra.get("context_tokens") or 0)
+    window = context_window(call, channel)
+    return min(n, window)
+
+
+def references(messages) -> int:
+    """Files and images in canonical chat messages that the upstream fetches
+    by reference (a URL that is not a data: URL, a file id): their size is
+    not in the body.  Messages whose content is text are passed over at
+    the cost of a type check.  What the conversion to the canonical shape
+    drops (an Anthropic file id, a Responses file id), the face counts in
+    call.extra["native_references"]."""
+    n = 0
+    for msg in messages if isinstance(messages, list) else ():
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "image_url":
+                url = part.get("image_url")
+                url = url.get("url") if isinstance(url, dict) else url
+                n += isinstance(url, str) and not url.startswith("data:")
+            elif kind == "file":
+                f = part.get("file") if isinstance(part.get("file"), dict) else {}
+                n += bool(f.get("file_id") or f.get("file_url"))
+    return n
+
+
+def _json_size(call) -> int:
+    from relay.serving import jsonin  # the body was changed after parsing (resolved items)
+    doc = call.extra.get("upstream_doc") or call.native_body or call.body
+    try:
+        return len(jsonin.dumps(doc, held=False))
+    except (TypeError, ValueError):
+        return MAX_CONTEXT
+
+
+def context_window(call, channel) -> int:
+    window, _ = price_catalogue.limits(channel.type, channel.upstream_model(call.model))
+    if window and "context-1m" in str(call.extra.get("anthropic_beta") or ""):
+        window = max(window, 1_000_000)
+    return window or MAX_CONTEXT
+
+
+def output_bound(call, channel, default: int) -> int:
+    """Output tokens the call can be billed at most (chat-like calls)."""
+    b = call.body
+    asked = b.get("max_completion_tokens") or b.get("max_tokens")
+    _, limit = price_catalogue.limits(channel.type, channel.upstream_model(call.model))
+    if channel.type == "anthropic" and not asked:
+        # Anthropic requires one: the adaptor sends the channel's default.
+        asked = (channel.options or {}).get("default_max_tokens") or 4096
+    try:
+        out = min(max(int(asked), 1), MAX_RESERVED_OUTPUT) if asked else (limit or default)
+    except (TypeError, ValueError, OverflowError):
+        out = limit or default
+    if limit:
+        out = min(out, limit)  # more is refused upstream, and refused calls cost nothing
+    return out * choices(b)
+
+
+def choices(body: dict) -> int:
+    """How many answers a chat call asks for (n; Gemini's candidateCount
+    arrives as n).  The faces refuse values outside the vendors' bounds."""
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+
+
+def worst_case(call, channel, price: Price, rate: Decimal, per_call: bool,
+               default_output: int) -> int:
+    """Quota units the call can cost at most on this channel."""
+    units = int(call.extra.get("units", 1))
+    if per_call and price.call_price or (price.call_price and not (
+            price.input_price or price.output_price or price.unit_price)):
+        return pricing.call_cost(price, rate, max(units, 1))
+    prompt = prompt_bound(call, channel)
+    if call.endpoint in CHAT_LIKE:
+        out = output_bound(call, channel, default_output)
+    else:
+        out = int(call.extra.get("reserve_output", 0))
+    usage = pricing.Usage(prompt, out, 0, units)
+    return pricing.cost(usage, dearest(price, prompt), rate, per_call)
