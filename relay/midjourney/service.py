@@ -15,7 +15,10 @@ adaptor, settle, usage record) whose model name is the price of its action:
 
 A mode prefix (/mj-relax, /mj-turbo, /mj-fast) prefers the price
 "mj_<mode>_<action>" when one is set (e.g. mj_relax_imagine) and asks a plus
-upstream for that mode.  Midjourney channels must list the names they serve
+upstream for that mode, overwriting the body's accountFilter.modes; a prompt
+flag (--fast, --relax, --turbo) naming another mode is a 400.  Without a
+prefix, the mode the body names (one flag, or accountFilter.modes) is the
+mode billed, as if it had come with the prefix (speed_mode()).  Midjourney channels must list the names they serve
 among their models.  Each is billed call_price x 1 when the upstream accepts
 the submit (codes 1 and 22, and 21 when a plus action waits for its modal);
 a refusal costs nothing; a task that later fails is refunded (mj_tasks.py).
@@ -37,6 +40,49 @@ SUBMIT_ACTIONS = ("imagine", "change", "simple-change", "describe", "blend", "ac
 MODES = ("fast", "relax", "turbo")
 _CHANGE = {"UPSCALE": "upscale", "VARIATION": "variation", "REROLL": "reroll"}
 _SIMPLE = {"U": "UPSCALE", "V": "VARIATION", "R": "REROLL"}
+
+
+# A speed parameter in a prompt, as Midjourney reads them (--fast, --relax, --turbo).
+_SPEED_FLAG = re.compile(r"(?<!\S)--(fast|relax|turbo)(?![\w-])", re.I)
+
+
+def speed_mode(path_mode: str | None, body: dict) -> str | None:
+    """The speed mode a submit runs in, which is the one it is billed at:
+    the path's (/mj-relax, ...), else the one the body names, in the
+    prompt's --fast/--relax/--turbo or in accountFilter.modes; None for the
+    account's default (the base price).  A prompt that names another mode
+    than the path, or a body that names two, is a 400 naming the field:
+    the upstream would run the mode we did not bill.  accountFilter.modes
+    is the relay's to set when there is a mode (the caller overwrites it)."""
+    named: dict[str, str] = {}
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        for m in _SPEED_FLAG.finditer(prompt):
+            named.setdefault(m.group(1).lower(), "prompt")
+    if path_mode:
+        other = sorted(m for m in named if m != path_mode)
+        if other:
+            raise bad_request(f"The prompt asks for --{other[0]}, but this is the "
+                              f"/mj-{path_mode} route, which runs and bills {path_mode} mode. "
+                              f"Remove the flag, or use /mj-{other[0]}.", "invalid_value",
+                              "prompt")
+        return path_mode
+    flt = body.get("accountFilter")
+    modes = flt.get("modes") if isinstance(flt, dict) else None
+    if modes is not None:
+        if not isinstance(modes, list) or not all(
+                isinstance(m, str) and m.lower() in MODES for m in modes):
+            raise bad_request(f"'accountFilter.modes' must list speed modes "
+                              f"({', '.join(m.upper() for m in MODES)}).", "invalid_value",
+                              "accountFilter.modes")
+        for m in modes:
+            named.setdefault(m.lower(), "accountFilter.modes")
+    if len(named) > 1:
+        field = "prompt" if "prompt" in named.values() else "accountFilter.modes"
+        raise bad_request(f"The request names more than one speed mode "
+                          f"({', '.join(sorted(named))}); name one, or use the route of the "
+                          "mode (/mj-fast, /mj-relax, /mj-turbo).", "invalid_value", field)
+    return next(iter(named), None)
 
 
 def not_found(what: str = "task") -> RelayError:
@@ -86,11 +132,12 @@ class MidjourneyService:
         # ids and bypassing us: not supported, so not passed on.
         body.pop("notifyHook", None)
         kind, ref = await self._check(auth, path_action, body)
+        mode = speed_mode(mode, body)
         model = self._model(kind, mode, auth.group)
         if mode and path_action not in ("modal",):
-            flt = dict(body.get("accountFilter") or {})
-            flt.setdefault("modes", [mode.upper()])
-            body["accountFilter"] = flt
+            # The mode billed is the mode sent: whatever the client put here.
+            flt = body.get("accountFilter") if isinstance(body.get("accountFilter"), dict) else {}
+            body["accountFilter"] = dict(flt, modes=[mode.upper()])
         call = Call(request_id=request_id, endpoint="mj_submit", face="mj", model=model,
                     body=body, extra={"units": 1, "mj_path": path_action})
         if ref is not None:
