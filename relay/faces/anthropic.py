@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from relay.serving import redact, sse
+from relay.serving import jsonin, redact, sse
 from relay.money import tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import anthropic as conv
@@ -61,7 +61,7 @@ def parse_messages(request_id: str, raw: bytes, headers=None, query: str = "") -
     doc = load_json(raw)
     require_model(doc)
     conv.validate(doc)
-    call = _call(request_id, raw, doc, headers, query)
+    call = _call(request_id, jsonin.passed_on(raw, doc), doc, headers, query)
     call.derive = _both
     return call
 
@@ -77,7 +77,8 @@ def parse_count_tokens(request_id: str, raw: bytes, headers=None, query: str = "
     doc = load_json(raw)
     require_model(doc)
     conv.validate(dict(doc, max_tokens=1))
-    call = _call(request_id, raw, dict(doc, max_tokens=1), headers, query)
+    call = _call(request_id, jsonin.passed_on(raw, doc), dict(doc, max_tokens=1), headers,
+                 query)
     call.native_body = doc
     return call
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from relay.money import tokenizer
+from relay.serving import jsonin
 from relay.adaptors.base import Call, Chunk
 from relay.convert import gemini as conv
 from relay.convert import gemini_embed as embed
@@ -34,6 +35,7 @@ def parse(request_id: str, raw: bytes, model: str, method: str, sse_mode: bool) 
     """POST .../models/{model}:{method} -> Call (not for countTokens)."""
     check_method(method)
     doc = load_json(raw)
+    raw = jsonin.passed_on(raw, doc)
     if method in EMBED_METHODS:
         body = converted(embed.request_to_openai, doc, method, model)
         call = Call(request_id=request_id, endpoint="embeddings", face=FAMILY, model=model,

@@ -14,7 +14,7 @@ relay/stored_responses.py: "response" and "upstream_response_id".
 """
 from __future__ import annotations
 
-from relay.serving import sse
+from relay.serving import jsonin, sse
 from relay.money import tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.adaptors.openai_responses import FORWARD_HEADERS, rename_model
@@ -38,7 +38,8 @@ def parse_create(request_id: str, raw: bytes, headers=None, compact: bool = Fals
         raise bad_request("'stream' is not supported by /v1/responses/compact.", "invalid_value",
                           "stream")
     call = Call(request_id=request_id, endpoint="responses_compact" if compact else "responses",
-                face=FACE, model=model, body={}, raw=raw, native_body=doc,
+                face=FACE, model=model, body={}, raw=jsonin.passed_on(raw, doc),
+                native_body=doc,
                 stream=bool(doc.get("stream")) and not compact)
     call.extra["response_id"] = new_id("resp_")
     call.extra["client_headers"] = {h: headers[h] for h in FORWARD_HEADERS

@@ -182,6 +182,30 @@ def dumps(value: Any, held: bool = True) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def passed_on(raw: bytes, doc: Any) -> bytes:
+    """The bytes a pass-through face sends upstream for a body it parsed
+    into `doc`: the client's own, unless they may hold a key twice.
+
+    {"model": "<dear>", "model": "<cheap>"} parses to its last value, and an
+    upstream may keep the first: the bytes would run what was neither
+    authorised nor billed.  Such a body is sent re-encoded from `doc`, which
+    is one truth for the three.  The check is cheap where it can be: a
+    body that is already orjson's encoding of `doc` (compact JSON, as Node
+    clients send) is equal to it byte for byte; another (spaces, escapes)
+    is compared by its count of ':' with that encoding.  Each key has one
+    colon outside strings, and a colon inside a string is a colon in both
+    unless the client escaped it as \\u003a (orjson never does), which a
+    body holding "u003" is taken to have done.  So an equal count in a body
+    without "u003" means no key was dropped; anything else (a duplicate, a
+    hidden colon) sends the re-encoding."""
+    mine = dumps(doc, held=False)
+    if mine == raw:
+        return raw
+    if raw.count(b":") == mine.count(b":") and b"u003" not in raw:
+        return raw
+    return memoryview(mine).tobytes()
+
+
 def loads_answer(body: bytes | str) -> Any:
     """An upstream's JSON answer, read as the json module reads it (what
     orjson would refuse or round, NaN or a long integer, goes to json)."""
