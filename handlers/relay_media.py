@@ -64,13 +64,18 @@ class _UploadHandler(RelayHandler):
     buffer_body = False
     endpoint = ""
     file_fields = ("file",)
+    file_limits = {"file": 1}
     what = "the audio"
-    sniff = True             # read the audio's length from the file's header
+    rewrite = staticmethod(media.upstream_format)
     default_model = None
     check = staticmethod(media.check_transcription_fields)
 
+    def bound(self, upload: MultipartUpload) -> dict:
+        """What the call may cost at most, from the upload's size (call.extra)."""
+        return media.audio_bound(upload.client_length, self.config.max_body_bytes)
+
     def units(self, upload: MultipartUpload) -> dict:
-        """The billing facts known from the upload so far (call.extra)."""
+        """The billing facts known once the whole upload is in (call.extra)."""
         return {"units": upload.units(), "audio_seconds": upload.audio_seconds()}
 
     def initialize(self) -> None:
@@ -89,7 +94,8 @@ class _UploadHandler(RelayHandler):
         length = self.request.headers.get("Content-Length")
         self.upload = MultipartUpload(self.request.headers.get("Content-Type", ""),
                                       int(length) if length and length.isdigit() else None,
-                                      self.file_fields, self.what, self.sniff)
+                                      self.file_fields, self.what, self.file_limits,
+                                      self.rewrite)
 
     def data_received(self, chunk: bytes) -> None:
         # Errors are kept for post(): raising here would drop the connection
@@ -122,7 +128,7 @@ class _UploadHandler(RelayHandler):
         fields = dict(up.fields)
         self.check(fields)
         self.call = Call(request_id=self.request_id, endpoint=self.endpoint, face="openai",
-                         model=up.model, body=fields, extra={"upload": up, **self.units(up)})
+                         model=up.model, body=fields, extra={"upload": up, **self.bound(up)})
         self.task = asyncio.ensure_future(
             self.ctx["service"].relay(self.call, self.auth_, self, media, self.cancel))
         self.task.add_done_callback(self._relay_done)
@@ -142,9 +148,14 @@ class _UploadHandler(RelayHandler):
                     self._start()
             except RelayError as err:
                 self._fail(err)
-        if self.call is not None:
-            # The whole upload is here now: the real facts, for the bill.
+        if self.failed is None and self.call is not None:
+            # The whole upload is here: the real facts, for the bill, before
+            # the upstream sees its end (and may answer).
+            await self.upload.measure()
             self.call.extra.update(self.units(self.upload))
+            if self.failed is None:
+                self.upload.end()
+        asked = (self.upload.fields if self.upload is not None else {}).get("response_format")
         if self.task is not None:
             try:
                 out = await self.task
@@ -154,6 +165,10 @@ class _UploadHandler(RelayHandler):
             if self.failed is None and out is not None:
                 if out.error is not None:
                     return self.send_error_body(out.error)
+                if asked in ("text", "srt", "vtt") and isinstance(out.body, dict):
+                    # Asked of the upstream as verbose_json (or json): written here.
+                    self.set_header("Content-Type", "text/plain; charset=utf-8")
+                    return self.finish(media.render_transcript(out.body, asked))
                 ctype = (out.headers or {}).get("Content-Type", "application/json")
                 self.set_header("Content-Type", ctype)
                 if out.raw is not None:
@@ -199,10 +214,18 @@ class ImageEditHandler(_UploadHandler):
 
     endpoint = "image_edits"
     file_fields = ("image", "image[]")
+    # gpt-image-1 takes up to 16 images, and one mask.
+    file_limits = {"image": media.MAX_EDIT_IMAGES, "image[]": media.MAX_EDIT_IMAGES, "mask": 1}
     what = "the image"
-    sniff = False
+    rewrite = None
     default_model = media.IMAGE_EDIT_DEFAULT_MODEL
     check = staticmethod(media.check_image_edit_fields)
+
+    def bound(self, upload: MultipartUpload) -> dict:
+        n = media.image_edit_count(upload.fields)
+        size = upload.client_length or self.config.max_body_bytes
+        return {"units": n, "reserve_output": n * media.IMAGE_OUTPUT_TOKENS,
+                "reserve_prompt": size}
 
     def units(self, upload: MultipartUpload) -> dict:
         return {"units": media.image_edit_count(upload.fields)}

@@ -106,6 +106,10 @@ async def attempt_stream(upstream, call, channel, adaptor, sink, face, cancel) -
         s.emit(writer.finish())
     elif out.started and not sink.closed:
         s.emit(writer.error(out.error.status, out.error.message))
+    measure = getattr(reader, "measure", None)
+    if measure is not None and out.started:
+        # What was delivered, measured off the event loop (speech: the audio's length).
+        out.usage = await measure()
     # The text is needed only to estimate a call that lost its usage.
     if out.usage is None:
         out.streamed_text = reader.text

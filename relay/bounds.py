@@ -75,6 +75,8 @@ def body_bytes(call) -> bytes:
 
 def prompt_bound(call, channel) -> int:
     """Input tokens the call can be billed at most (see the module doc)."""
+    if "reserve_prompt" in call.extra:  # a face that knows better (uploads)
+        return min(int(call.extra["reserve_prompt"]), context_window(call, channel))
     raw = body_bytes(call)
     n = len(raw) if raw else _json_size(call)
     if call.endpoint in CHAT_LIKE:
@@ -158,7 +160,7 @@ def choices(body: dict) -> int:
 def worst_case(call, channel, price: Price, rate: Decimal, per_call: bool,
                default_output: int) -> int:
     """Quota units the call can cost at most on this channel."""
-    units = int(call.extra.get("units", 1))
+    units = int(call.extra.get("reserve_units", call.extra.get("units", 1)))
     if per_call and price.call_price or (price.call_price and not (
             price.input_price or price.output_price or price.unit_price)):
         return pricing.call_cost(price, rate, max(units, 1))

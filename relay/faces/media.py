@@ -9,15 +9,30 @@ with the upstream's own content type.
 Billing units (`call.extra["units"]`, what pricing.cost multiplies a call
 price by):
     images          n, the number of images asked for (generations and edits)
-    speech          characters of `input`
+    speech          characters of `input`; the audio written is billed as output
+                    tokens from the upstream's usage (stream_format "sse"), else
+                    from its length (relay/adaptors/openai.py BinaryStream)
     transcriptions  seconds of audio, rounded up: the upstream's duration, else read
-    translations    from the file (relay/money/audio_length.py: WAV, MP3, FLAC), else 1
-                    (per call); token usage, when reported, is billed per token
+    translations    from the file (relay/money/audio_length.py), else 1 (per call);
+                    token usage, when reported, is billed per token
+A transcription asked for as text, srt or vtt is asked of the upstream as
+verbose_json (json for the gpt-4o transcribe models, which have no other),
+which carries the duration or the usage, and rendered here in the asked
+format as the vendor writes it (render_transcript).
 Image edits, transcriptions and translations are multipart uploads that
 stream through (relay/upstream/upload.py); their fields are checked here twice: the
 ones known when the call starts, and all of them before the upload ends.
+
+What is reserved (relay/bounds.py) comes from here too: an upload's bytes
+bound the seconds of audio in it (no codec a client may send goes below
+MIN_AUDIO_BYTES_PER_SECOND), and so its tokens; an image is at most
+IMAGE_OUTPUT_TOKENS; speech at most SPEECH_TOKENS_PER_CHAR a character,
+slowed by `speed`.
 """
 from __future__ import annotations
+
+import math
+import re
 
 from relay.adaptors.base import Call, Chunk
 from relay.errors import bad_request
@@ -33,7 +48,23 @@ TRANSLATION_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 IMAGE_EDIT_DEFAULT_MODEL = "dall-e-2"
 # OpenAI's own limits; checked here so that a bad call costs nothing.
 MAX_IMAGES = 10
+MAX_EDIT_IMAGES = 16
 MAX_SPEECH_CHARS = 4096
+# gpt-image-1's dearest image (1536x1024, high quality) is 6,240 output tokens.
+IMAGE_OUTPUT_TOKENS = 6_240
+# Opus, the leanest codec the vendors take (in Ogg or WebM), at its lowest rate:
+# 6 kbit/s.  Bytes / this >= the seconds of audio.
+MIN_AUDIO_BYTES_PER_SECOND = 750
+# Audio tokens a second of speech in (gpt-4o transcribe models bill about 17)
+# and text tokens out (nobody speaks ten a second): bounds, not estimates.
+AUDIO_IN_TOKENS_PER_SECOND = 25
+TEXT_OUT_TOKENS_PER_SECOND = 10
+# A character takes at most this many audio tokens to say at speed 1 (about
+# 15 characters a second, 21 tokens a second: 1.4; slow instructions aside).
+SPEECH_TOKENS_PER_CHAR = 4
+# Transcripts asked for as text, srt or vtt are asked of the upstream as
+# verbose_json, but for these models, whose only other format is json.
+JSON_ONLY_TRANSCRIBERS = re.compile(r"transcribe")
 
 
 def _number(doc: dict, name: str, low: float, high: float, integer: bool = False):
@@ -73,7 +104,8 @@ def parse_images(request_id: str, raw: bytes) -> Call:
         raise bad_request("Streamed image generation is not supported; leave out 'stream'.",
                           "unsupported_value", "stream")
     return Call(request_id=request_id, endpoint="images", face=FAMILY, model=model, body=doc,
-                raw=raw, native_body=doc, extra={"units": n})
+                raw=raw, native_body=doc,
+                extra={"units": n, "reserve_output": n * IMAGE_OUTPUT_TOKENS})
 
 
 def parse_speech(request_id: str, raw: bytes) -> Call:
@@ -92,10 +124,60 @@ def parse_speech(request_id: str, raw: bytes) -> Call:
     if fmt is not None and fmt not in SPEECH_FORMATS:
         raise bad_request(f"'response_format' must be one of {', '.join(SPEECH_FORMATS)}.",
                           "invalid_value", "response_format")
-    _number(doc, "speed", 0.25, 4.0)
+    speed = _number(doc, "speed", 0.25, 4.0) or 1
+    sse = doc.get("stream_format")
+    if sse is not None and sse not in ("audio", "sse"):
+        raise bad_request("'stream_format' must be 'audio' or 'sse'.", "invalid_value",
+                          "stream_format")
     # Speech is always relayed as a stream: the audio goes out as it comes in.
+    out = math.ceil(len(text) * SPEECH_TOKENS_PER_CHAR / min(speed, 1))
     return Call(request_id=request_id, endpoint="speech", face=FAMILY, model=model, body=doc,
-                raw=raw, native_body=doc, stream=True, extra={"units": len(text)})
+                raw=raw, native_body=doc, stream=True,
+                extra={"units": len(text), "reserve_output": out})
+
+
+def audio_bound(length: int | None, max_bytes: int) -> dict:
+    """What an audio upload of `length` bytes (None: chunked, up to the body
+    limit) can be billed at most: seconds, and tokens in and out."""
+    secs = math.ceil((length if length is not None else max_bytes) / MIN_AUDIO_BYTES_PER_SECOND)
+    return {"reserve_units": max(secs, 1), "reserve_prompt": secs * AUDIO_IN_TOKENS_PER_SECOND,
+            "reserve_output": secs * TEXT_OUT_TOKENS_PER_SECOND}
+
+
+def upstream_format(name: str, value: str, fields: dict) -> str:
+    """The response_format the upstream is asked for (upload rewrite hook):
+    text, srt and vtt carry neither usage nor duration."""
+    if name != "response_format" or value not in ("text", "srt", "vtt"):
+        return value
+    if value == "text" and JSON_ONLY_TRANSCRIBERS.search(fields.get("model") or ""):
+        return "json"
+    return "verbose_json"
+
+
+def render_transcript(doc: dict, fmt: str) -> str:
+    """A transcript asked for as text, srt or vtt, from the verbose_json (or
+    json) the upstream answered, written as OpenAI writes them (Whisper's
+    writers: the text and a newline; numbered SRT cues with hours and a
+    comma; a WEBVTT header, then cues with hours and a point; each cue's
+    text stripped, "-->" made "->")."""
+    if fmt == "text":
+        return str(doc.get("text") or "") + "\n"
+    segments = doc.get("segments")
+    if not isinstance(segments, list) or not segments:
+        segments = [{"start": 0.0, "end": float(doc.get("duration") or 0),
+                     "text": str(doc.get("text") or "")}]
+    cues = []
+    for i, seg in enumerate(s for s in segments if isinstance(s, dict)):
+        text = str(seg.get("text") or "").strip().replace("-->", "->")
+        start, end = _stamp(seg.get("start"), fmt), _stamp(seg.get("end"), fmt)
+        cues.append((f"{i + 1}\n" if fmt == "srt" else "") + f"{start} --> {end}\n{text}\n\n")
+    return ("WEBVTT\n\n" if fmt == "vtt" else "") + "".join(cues)
+
+
+def _stamp(seconds, fmt: str) -> str:
+    ms = round(float(seconds or 0) * 1000)
+    sep = "," if fmt == "srt" else "."
+    return f"{ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d}{sep}{ms % 1000:03d}"
 
 
 def check_transcription_fields(fields: dict, final: bool = False,

@@ -5,9 +5,13 @@ It is FakeOpenAI (same failure modes by path prefix, same request log) plus:
     POST /v1/images/generations    n images as url or b64_json; gpt-image-*
                                    models answer b64_json with token usage
     POST /v1/audio/transcriptions  reads the whole multipart body, measures
-                                   the WAV with the stdlib `wave` module and
-                                   answers in the asked response_format
-                                   (duration only in verbose_json, as OpenAI)
+                                   the WAV with the stdlib `wave` module (the
+                                   other containers: the fixtures, by their
+                                   ffprobe lengths) and answers in the asked
+                                   response_format (duration only in
+                                   verbose_json, two segments, as Whisper writes
+                                   them); gpt-4o transcribe models take only
+                                   json and text, as OpenAI
     POST /v1/audio/translations    the same, as OpenAI translates: English text,
                                    task "translate", no usage in any format
     POST /v1/images/edits          multipart: 'image' or 'image[]' (PNG only, as
@@ -15,9 +19,12 @@ It is FakeOpenAI (same failure modes by path prefix, same request log) plus:
                                    prompt; answers like generations (gpt-image-*:
                                    b64_json and token usage counting the images)
     POST /v1/audio/speech          streams deterministic audio bytes in
-                                   chunks, with the format's content type;
-                                   an input containing BREAK_MID_STREAM
-                                   resets the connection half way
+                                   chunks, with the format's content type
+                                   (fake_real_audio: a real 3.2 s file of the
+                                   format); an input containing BREAK_MID_STREAM
+                                   resets the connection half way;
+                                   stream_format "sse": speech.audio.delta
+                                   events and speech.audio.done with usage
 
 Everything an upload carried is kept in `uploads` (fields, file name, size,
 sha256, and how the body was framed; for image edits every file part).
@@ -28,6 +35,7 @@ import asyncio
 import base64
 import hashlib
 import io
+import json
 import math
 import struct
 import time
@@ -121,32 +129,42 @@ class TranscriptionHandler(tornado.web.RequestHandler):
         model = (fields.get("model") or [""])[0]
         if not model:
             return _err(self, 400, "you must provide a model parameter", "invalid_request_error")
-        try:
-            with wave.open(io.BytesIO(f.body)) as w:
-                seconds = w.getnframes() / float(w.getframerate())
-        except (wave.Error, EOFError):
-            return _err(self, 400, "Invalid file format. Supported formats: ['wav', 'mp3']",
+        seconds = _seconds(f.body, f.filename)
+        if seconds is None:
+            return _err(self, 400, "Invalid file format. Supported formats: ['flac', 'm4a', "
+                                   "'mp3', 'mp4', 'mpeg', 'mpga', 'oga', 'ogg', 'wav', 'webm']",
                         "invalid_request_error")
         text = f"{self.verb} {seconds:.2f} seconds of audio."
         fmt = (fields.get("response_format") or ["json"])[0]
+        if "transcribe" in model and fmt not in ("json", "text"):
+            return _err(self, 400, f"response_format '{fmt}' is not compatible with model "
+                                   f"'{model}'. Use 'json' or 'text'.", "invalid_request_error",
+                        "unsupported_value")
+        # Whisper cuts speech into segments; a leading space, as it writes them.
+        half, words = round(seconds / 2, 2), text.split(" ")
+        segments = [{"id": 0, "start": 0.0, "end": half, "text": " " + " ".join(words[:2])},
+                    {"id": 1, "start": half, "end": seconds, "text": " " + " ".join(words[2:])}]
+        full = text
         if fmt == "verbose_json":
             return self.finish({"task": self.task, "language": "english",
-                                "duration": seconds, "text": text,
-                                "segments": [{"id": 0, "start": 0.0, "end": seconds,
-                                              "text": text}]})
+                                "duration": seconds, "text": full, "segments": segments})
         if fmt == "json":
-            doc = {"text": text}
+            doc = {"text": full}
             if model.startswith("gpt-4o") and self.task == "transcribe":
                 doc["usage"] = {"type": "tokens", "input_tokens": 20, "output_tokens": 10,
                                 "total_tokens": 30,
                                 "input_token_details": {"text_tokens": 0, "audio_tokens": 20}}
             return self.finish(doc)
+        # As Whisper's writers put them: no usage and no duration in these.
         self.set_header("Content-Type", "text/plain; charset=utf-8")
+        cues = [(s["start"], s["end"], s["text"].strip().replace("-->", "->")) for s in segments]
         if fmt == "srt":
-            return self.finish(f"1\n00:00:00,000 --> {_stamp(seconds, ',')}\n{text}\n\n")
+            return self.finish("".join(f"{i}\n{_stamp(a, ',')} --> {_stamp(b, ',')}\n{t}\n\n"
+                                       for i, (a, b, t) in enumerate(cues, 1)))
         if fmt == "vtt":
-            return self.finish(f"WEBVTT\n\n00:00:00.000 --> {_stamp(seconds, '.')}\n{text}\n\n")
-        self.finish(text + "\n")
+            return self.finish("WEBVTT\n\n" + "".join(
+                f"{_stamp(a, '.')} --> {_stamp(b, '.')}\n{t}\n\n" for a, b, t in cues))
+        self.finish(full + "\n")
 
 
 class TranslationHandler(TranscriptionHandler):
@@ -197,6 +215,39 @@ class ImageEditHandler(_Base):
         self.finish(doc)
 
 
+def _seconds(data: bytes, filename: str) -> float | None:
+    """The audio's length: WAV by the stdlib, the compressed containers by
+    ffprobe's own numbers for the fixtures (tests/fixtures/audio), looked up
+    by content, so that the fake does not share the relay's readers."""
+    try:
+        with wave.open(io.BytesIO(data)) as w:
+            return w.getnframes() / float(w.getframerate())
+    except (wave.Error, EOFError):
+        pass
+    return FIXTURE_SECONDS.get(hashlib.sha256(data).hexdigest())
+
+
+# sha256 of each fixture -> its length as ffprobe reports it (filled at import).
+FIXTURE_SECONDS: dict[str, float] = {}
+
+
+def _load_fixtures() -> None:
+    import glob
+    import json as _json
+    import os
+    here = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "audio")
+    try:
+        lengths = _json.load(open(os.path.join(here, "lengths.json")))
+    except OSError:
+        return
+    for name, secs in lengths.items():
+        for path in glob.glob(os.path.join(here, name)):
+            FIXTURE_SECONDS[hashlib.sha256(open(path, "rb").read()).hexdigest()] = secs
+
+
+_load_fixtures()
+
+
 def _stamp(seconds: float, sep: str) -> str:
     ms = int(round(seconds * 1000))
     return f"{ms // 3600000:02d}:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d}{sep}{ms % 1000:03d}"
@@ -210,6 +261,21 @@ class SpeechHandler(_Base):
         text = b.get("input") or ""
         fmt = b.get("response_format") or "mp3"
         audio = speech_bytes(text, self.fake.speech_bytes_per_char * len(text))
+        if b.get("fake_real_audio"):   # the 3.2 s tone, a real file of the asked format
+            audio = fixture_audio(fmt)
+        if b.get("stream_format") == "sse":
+            # OpenAI's speech events: audio deltas, then speech.audio.done with usage.
+            self.set_header("Content-Type", "text/event-stream")
+            for i in range(0, len(audio), 4096):
+                delta = base64.b64encode(audio[i:i + 4096]).decode()
+                self.write("data: " + json.dumps({"type": "speech.audio.delta", "audio": delta})
+                           + "\n\n")
+                await self.flush()
+            usage = {"input_tokens": len(text) // 4 + 1, "output_tokens": SSE_AUDIO_TOKENS,
+                     "total_tokens": len(text) // 4 + 1 + SSE_AUDIO_TOKENS}
+            self.write("data: " + json.dumps({"type": "speech.audio.done", "usage": usage})
+                       + "\n\n")
+            return self.finish()
         self.set_header("Content-Type", AUDIO_TYPES.get(fmt, "audio/mpeg"))
         step = 4096
         for i in range(0, len(audio), step):
@@ -220,6 +286,16 @@ class SpeechHandler(_Base):
             await self.flush()
             await asyncio.sleep(0)
         self.finish()
+
+
+# What the fake's speech.audio.done reports as the audio written.
+SSE_AUDIO_TOKENS = 777
+
+
+def fixture_audio(fmt: str) -> bytes:
+    import os
+    here = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "audio")
+    return open(os.path.join(here, f"tone.{'wav' if fmt == 'pcm' else fmt}"), "rb").read()
 
 
 class FakeMedia(FakeOpenAI):
