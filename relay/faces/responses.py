@@ -34,6 +34,13 @@ def parse_create(request_id: str, raw: bytes, headers=None, compact: bool = Fals
     doc = load_json(raw)
     model = require_model(doc)
     conv.validate(doc)
+    if doc.get("background") not in (None, False):
+        # Answered `queued` with no usage, finished later upstream: a bill
+        # made from the answer relayed would be the prompt's alone.
+        raise bad_request("'background' is not supported by this relay: it bills a call from "
+                          "the answer it relays, and a background response is answered before "
+                          "it runs. Send the request without it (a stream keeps a long call "
+                          "alive).", "unsupported_value", "background")
     if compact and doc.get("stream"):
         raise bad_request("'stream' is not supported by /v1/responses/compact.", "invalid_value",
                           "stream")

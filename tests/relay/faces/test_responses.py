@@ -233,8 +233,8 @@ def test_passthrough_follow_ups_go_to_the_serving_channel(env):
     assert follow.output_text.endswith(f"(continuing {r.id})")
     with pytest.raises(openai.BadRequestError):  # not a background response
         oc.responses.cancel(r.id)
-    bg = oc.responses.create(model="resp-model", input="Later.", background=True)
-    assert oc.responses.cancel(bg.id).status == "cancelled"
+    # background is refused (tests/relay/faces/test_responses_background.py): a
+    # cancel forwarded upstream answers as OpenAI does for a finished response.
 
 
 def test_chat_clients_reach_a_responses_only_channel(env):
