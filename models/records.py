@@ -182,6 +182,9 @@ PRICE_COMPONENTS = (
     "reasoning_price",             # thinking tokens; unset = output price
     "call_price",                  # USD per call (per unit for call-only models)
     "unit_price",                  # USD per unit: image, second, character, action
+    # USD per call of a vendor-run tool, as the upstream's answer counts them
+    # (relay/money/pricing.py TOOL_PRICES).
+    "web_search_price", "file_search_price", "code_execution_price",
 )
 # Components a tier may change (the per-token ones).
 TIER_COMPONENTS = PRICE_COMPONENTS[:12]
@@ -239,6 +242,9 @@ class Price:
     image_cache_price: Decimal = Decimal(0)
     reasoning_price: Decimal = Decimal(0)
     unit_price: Decimal = Decimal(0)
+    web_search_price: Decimal = Decimal(0)
+    file_search_price: Decimal = Decimal(0)
+    code_execution_price: Decimal = Decimal(0)
     tiers: tuple = ()
     source: str = "override"
     ref: str = ""

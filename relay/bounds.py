@@ -44,6 +44,11 @@ REFERENCE_TOKENS = 16_384
 TOOLS_TOKENS = 1_024
 # An unknown context window is taken to be this large.
 MAX_CONTEXT = 2_000_000
+# Calls of a vendor-run tool reserved when the request sets no limit
+# (Anthropic's max_uses, the Responses API's max_tool_calls), and the input
+# tokens each may bring back (search results are billed as input).
+RESERVED_TOOL_CALLS = 8
+TOOL_CALL_TOKENS = 8_192
 
 
 _INPUT_PARTS = ("input_price", "cache_write_price", "cache_write_1h_price", "audio_input_price",
@@ -87,8 +92,50 @@ def prompt_bound(call, channel) -> int:
             n += TOOLS_TOKENS
     # A conversation continued from a response the upstream keeps.
     n += int(call.extra.get("context_tokens") or 0)
+    n += TOOL_CALL_TOKENS * sum(count for count, _ in hosted_tools(call))
     window = context_window(call, channel)
     return min(n, window)
+
+
+def hosted_tools(call) -> list[tuple[int, str]]:
+    """(most calls, price component) of each tool the vendor runs for this
+    call: OpenAI's web and file search and code interpreter (Responses; chat's
+    web_search_options), Anthropic's web search and code execution, Gemini's
+    Google Search grounding."""
+    if call.endpoint not in CHAT_LIKE:
+        return []
+    native = call.native_body if isinstance(call.native_body, dict) else call.body
+    out = []
+    if call.face == "openai" and isinstance(native.get("web_search_options"), dict):
+        out.append((1, "web_search_price"))
+    tools = native.get("tools")
+    if not isinstance(tools, list):
+        return out
+    if call.face == "responses":
+        kinds = {t.get("type") for t in tools if isinstance(t, dict)}
+        found = [c for k, c in (("web_search", "web_search_price"),
+                                ("file_search", "file_search_price"),
+                                ("code_interpreter", "code_execution_price"))
+                 if any(isinstance(x, str) and x.startswith(k) for x in kinds)]
+        cap = native.get("max_tool_calls")
+        n = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 0 \
+            else RESERVED_TOOL_CALLS
+        out += [(n, c) for c in found]   # each kind may take them all
+    elif call.face == "anthropic":
+        for t in tools:
+            kind = str(t.get("type") or "") if isinstance(t, dict) else ""
+            cap = t.get("max_uses") if isinstance(t, dict) else None
+            n = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 0 \
+                else RESERVED_TOOL_CALLS
+            if kind.startswith("web_search"):
+                out.append((n, "web_search_price"))
+            elif kind.startswith("code_execution"):
+                out.append((n, "code_execution_price"))
+    elif call.face == "gemini":
+        if any(isinstance(t, dict) and ({"googleSearch", "google_search", "googleSearchRetrieval",
+                                         "google_search_retrieval"} & set(t)) for t in tools):
+            out.append((RESERVED_TOOL_CALLS * choices(call.body), "web_search_price"))
+    return out
 
 
 def references(messages) -> int:
@@ -161,13 +208,17 @@ def worst_case(call, channel, price: Price, rate: Decimal, per_call: bool,
                default_output: int) -> int:
     """Quota units the call can cost at most on this channel."""
     units = int(call.extra.get("reserve_units", call.extra.get("units", 1)))
+    tools = hosted_tools(call)
+    # Rounded apart from the rest: one unit more covers the two roundings.
+    extra = pricing.to_units(sum((getattr(price, c) * n for n, c in tools), Decimal(0))
+                             * rate) + 1 if tools else 0
     if per_call and price.call_price or (price.call_price and not (
             price.input_price or price.output_price or price.unit_price)):
-        return pricing.call_cost(price, rate, max(units, 1))
+        return pricing.call_cost(price, rate, max(units, 1)) + extra
     prompt = prompt_bound(call, channel)
     if call.endpoint in CHAT_LIKE:
         out = output_bound(call, channel, default_output)
     else:
         out = int(call.extra.get("reserve_output", 0))
     usage = pricing.Usage(prompt, out, 0, units)
-    return pricing.cost(usage, dearest(price, prompt), rate, per_call)
+    return pricing.cost(usage, dearest(price, prompt), rate, per_call) + extra

@@ -124,13 +124,19 @@ class Catalog:
         self._users[user_id] = u
         return u
 
-    def price(self, model: str, group: str, channel: Channel | None = None) -> Price | None:
+    def price(self, model: str, group: str, channel: Channel | None = None,
+              tier: str = "") -> Price | None:
         """An administrator's price for the model in the group, else for the
         model, else (given the channel that serves it) the vendor's price
-        from the catalogue (relay/money/price_catalogue.py); None if none."""
+        from the catalogue (relay/money/price_catalogue.py); None if none.
+        A service tier ("flex", "priority") is priced by the catalogue only:
+        an administrator's price has none, so a group (or model) priced by
+        one refuses the tier."""
         p = self.prices.get((model, group)) or self.prices.get((model, ""))
+        if p is not None and tier:
+            return None
         if p is None and channel is not None:
-            p = price_catalogue.lookup(channel.type, channel.upstream_model(model))
+            p = price_catalogue.lookup(channel.type, channel.upstream_model(model), tier)
         return p
 
     def models_for_group(self, group: str) -> list[str]:

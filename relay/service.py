@@ -28,7 +28,7 @@ from relay.attempts import Outcome, Sink, attempt_plain, attempt_stream
 from relay.catalog import MAX_KEY_LENGTH
 from relay.money.billing import TOKEN, QuotaExhausted
 from relay.serving.buglog import log_bug
-from relay.errors import RelayError, forbidden, unauthorized
+from relay.errors import RelayError, bad_request, forbidden, unauthorized
 from relay.upstream.client import Cancel
 
 log = logging.getLogger("relay.service")
@@ -130,15 +130,22 @@ class RelayService:
         raise RelayError(503, f"No available channel for model '{call.model}' in group "
                               f"'{auth.group}'.", "service_unavailable", "model_not_available")
 
-    def priced(self, auth: Auth, model: str, channels: list) -> tuple[list, dict]:
+    def priced(self, auth: Auth, model: str, channels: list,
+               tier: str = "") -> tuple[list, dict]:
         """The channels that can bill the model, and each one's price: an
         administrator's, else the vendor's from the catalogue for what that
-        channel calls the model.  A channel with neither is skipped."""
+        channel calls the model, in the service tier asked for.  A channel
+        with neither is skipped."""
         prices = {}
         for c in channels:
-            p = self.catalog.price(model, auth.group, c)
+            p = self.catalog.price(model, auth.group, c, tier)
             if p is not None:
                 prices[c.id] = p
+        if not prices and tier:
+            raise bad_request(f"service_tier '{tier}' has no price for the model '{model}' "
+                              "here (the vendor's catalogue does not list one, or an "
+                              "administrator prices the model); leave it out or use 'auto'.",
+                              "unsupported_value", "service_tier")
         if not prices:
             raise RelayError(503, f"The model '{model}' has no price: the vendor's catalogue "
                                   "does not list it, and no administrator has set one.",
@@ -176,7 +183,8 @@ class RelayService:
         calls the handler renders it.  Raises RelayError before anything was
         reserved; after that, errors come back in Outcome.error."""
         self.check_model(auth, call.model)
-        channels, prices = self.priced(auth, call.model, self.channels_for(auth, call))
+        tier = requested_tier(call)
+        channels, prices = self.priced(auth, call.model, self.channels_for(auth, call), tier)
         price = prices[channels[0].id]
         estimate = self.estimate(auth, call, channels, prices)
         ticket = await self.limits.admit(auth.token, auth.user) if self.limits else None
@@ -208,9 +216,10 @@ class RelayService:
             self.running.discard(cancel)
             if self.limits:
                 self.limits.done(ticket, outcome.usage)
-            # Billed at the price of the channel that answered.
+            # Billed at the price of the channel that answered, in the tier it ran.
             price = prices.get(getattr(outcome.channel, "id", None), price)
             try:
+                price = self._ran_in(auth, call, outcome, tier, price)
                 await self._settle(call, auth, price, res, outcome, t0, cancel)
             except Exception as exc:  # the reservation is charged, never left open
                 log_bug(log, f"settling {call.request_id}", exc)
@@ -262,6 +271,10 @@ class RelayService:
             usage = await tokenizer.off_loop(long, self._estimate_usage, call, out)
         if usage is not None and call.extra.get("units") and not usage.units:
             usage = replace(usage, units=int(call.extra["units"]))
+        if usage is not None and not usage.web_search_calls and call.endpoint == "chat" and \
+                isinstance(call.body.get("web_search_options"), dict) and \
+                getattr(out.channel, "type", "") in ("openai", "azure"):
+            usage = replace(usage, web_search_calls=1)  # a search model's one search
         cost = 0
         if delivered and usage is not None:
             cost = pricing.cost(usage, price, auth.rate, auth.token.billing_mode == "per_call")
@@ -284,7 +297,21 @@ class RelayService:
             "billing_mode": auth.token.billing_mode,
             "error": out.error.message[:500] if out.error else "", "created_at": time.time(),
         }
+        tier = call.extra.get("service_tier")
+        if tier:
+            record["service_tier"] = tier
         out.charged = await self.billing.settle(res, cost, record)
+
+    def _ran_in(self, auth: Auth, call: Call, out: Outcome, asked: str, price):
+        """The price of the service tier the upstream says it ran the call in
+        (flex may run as default; auto may run as priority), where it says
+        one and the catalogue prices it; the asked one's otherwise."""
+        said = out.usage.service_tier if out.usage is not None else ""
+        ran = said if said in PAID_TIERS else ("" if said in ("default", "standard") else asked)
+        call.extra["service_tier"] = ran
+        if ran == asked or out.channel is None:
+            return price
+        return self.catalog.price(call.model, auth.group, out.channel, ran) or price
 
     def _estimate_usage(self, call: Call, out: Outcome) -> pricing.Usage:
         """What a call that delivered without usage is billed: the prompt and
@@ -327,6 +354,20 @@ class RelayService:
             except (AttributeError, TypeError):
                 return 0
         return 0
+
+
+# Service tiers billed apart from the standard one (OpenAI's; "auto" and
+# "default" are the standard tier).
+PAID_TIERS = ("flex", "priority", "scale")
+
+
+def requested_tier(call: Call) -> str:
+    """The service tier an OpenAI-format call asks for ("" for standard)."""
+    if call.face not in ("openai", "responses") or call.endpoint not in CHAT_LIKE:
+        return ""
+    body = call.native_body if isinstance(call.native_body, dict) else call.body
+    tier = body.get("service_tier")
+    return tier if tier in PAID_TIERS else ""
 
 
 def over_balance(exc: QuotaExhausted, estimate: int, call: Call) -> RelayError:

@@ -29,6 +29,9 @@ class GeminiStream(StreamReader):
         self.conv = StreamToChunks(call.model)
         self.text_parts = self.conv.text_parts
         self.passthrough = passthrough
+        self.model = call.upstream_model
+        self.queries: set = set()
+        self.searches = 0
 
     def _events(self, events) -> list[Chunk]:
         out = []
@@ -37,6 +40,9 @@ class GeminiStream(StreamReader):
                 doc = json.loads(ev.data) if ev is not None else None
             except ValueError:
                 doc = None
+            if isinstance(doc, dict) and doc.get("candidates"):
+                self.searches = max(self.searches,
+                                    conv.grounding_calls(doc, self.model, self.queries))
             if self.passthrough:
                 if isinstance(doc, dict):
                     self.conv.feed(doc)
@@ -44,6 +50,8 @@ class GeminiStream(StreamReader):
             elif isinstance(doc, dict):
                 out += [Chunk(c) for c in self.conv.feed(doc)]
             self.usage = self.conv.usage
+            if self.usage is not None and self.searches:
+                self.usage.web_search_calls = self.searches
         return out
 
     def feed(self, data: bytes) -> list[Chunk]:
@@ -105,7 +113,10 @@ class GeminiAdaptor(Adaptor):
             out = (embed.response_to_openai(doc, call.model, call.body.get("encoding_format"),
                                             int(call.extra.get("prompt_tokens", 0))), None)
         else:
-            out = conv.response_to_openai(doc, call.model), conv.usage_from(doc.get("usageMetadata"))
+            usage = conv.usage_from(doc.get("usageMetadata"))
+            if usage is not None:
+                usage.web_search_calls = conv.grounding_calls(doc, call.upstream_model)
+            out = conv.response_to_openai(doc, call.model), usage
         if call.face == self.native:  # only once readable: a failed attempt leaves none
             call.extra["native_answer"] = doc  # rendered as it is, only renamed
         return out

@@ -285,6 +285,8 @@ class OpenAIStream(StreamReader):
                 continue
             if doc.get("usage"):
                 self.usage = usage_from(doc["usage"])
+                if self.usage is not None:  # the tier the call ran in, beside it
+                    self.usage.service_tier = str(doc.get("service_tier") or "")
             self.text_parts.append(delta_text(doc))
             out.append(Chunk(doc, raw))
         return out
@@ -422,6 +424,8 @@ class OpenAIAdaptor(Adaptor):
             return wire.parse_for_chat(call, body)
         doc = jsonin.loads_answer(body)
         usage = usage_from(doc.get("usage")) if isinstance(doc, dict) else None
+        if usage is not None:
+            usage.service_tier = str(doc.get("service_tier") or "")
         if call.endpoint in openai_answers.PARSERS:
             if not isinstance(doc, dict):
                 raise ValueError("the answer is not a JSON object")

@@ -119,7 +119,7 @@ def parse_passthrough(call: Call, body: bytes) -> tuple[dict, Usage | None]:
     if not isinstance(doc, dict):
         raise ValueError("the answer is not a JSON object")
     call.extra["native_answer"] = doc
-    return doc, conv.usage_from(doc.get("usage"))
+    return doc, conv.billed_usage(doc)
 
 
 def parse_for_chat(call: Call, body: bytes) -> tuple[dict, Usage | None]:
@@ -127,7 +127,7 @@ def parse_for_chat(call: Call, body: bytes) -> tuple[dict, Usage | None]:
     doc = json.loads(body)
     if not isinstance(doc, dict):
         raise ValueError("the answer is not a JSON object")
-    return upstream.response_to_chat(doc, call.model), conv.usage_from(doc.get("usage"))
+    return upstream.response_to_chat(doc, call.model), conv.billed_usage(doc)
 
 
 def rename_model(raw: bytes, data: dict, model: str) -> bytes:

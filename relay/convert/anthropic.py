@@ -43,9 +43,15 @@ def usage_from(u: dict | None) -> Usage | None:
     read, written = n(u, "cache_read_input_tokens"), n(u, "cache_creation_input_tokens")
     split = u.get("cache_creation")
     w1h = min(n(split, "ephemeral_1h_input_tokens"), written)
+    # Server tools Anthropic runs and bills per call (web fetches are billed
+    # as tokens only).
+    tools = u.get("server_tool_use")
     return Usage(prompt_tokens=n(u, "input_tokens") + read + written,
                  completion_tokens=n(u, "output_tokens"), cached_tokens=read,
-                 cache_write_5m_tokens=written - w1h, cache_write_1h_tokens=w1h)
+                 cache_write_5m_tokens=written - w1h, cache_write_1h_tokens=w1h,
+                 web_search_calls=n(tools, "web_search_requests"),
+                 code_execution_calls=n(tools, "code_execution_requests"),
+                 service_tier=str(u.get("service_tier") or ""))
 
 
 def usage_to(prompt: int, completion: int, cached: int = 0) -> dict:

@@ -7,6 +7,7 @@ may send one); calls get ids here and results are matched back by name.
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -71,6 +72,27 @@ def usage_from(meta: dict | None) -> Usage | None:
                  cached_audio_tokens=cached.get("AUDIO", 0),
                  cached_image_tokens=cached.get("IMAGE", 0),
                  audio_output_tokens=out.get("AUDIO", 0), image_output_tokens=out.get("IMAGE", 0))
+
+
+# Gemini 3 bills each search query it runs; earlier models each grounded prompt.
+_PER_QUERY = re.compile(r"^(?:models/)?gemini-(?:[3-9]|\d\d)")
+
+
+def grounding_calls(doc: dict, model: str, queries: set | None = None) -> int:
+    """Grounding with Google Search billed for an answer (or, with `queries`
+    kept across a stream's chunks, for the stream so far): its
+    groundingMetadata's search queries for Gemini 3, else one a prompt."""
+    queries = set() if queries is None else queries
+    grounded = False
+    for cand in doc.get("candidates") or ():
+        gm = cand.get("groundingMetadata") if isinstance(cand, dict) else None
+        if isinstance(gm, dict) and (gm.get("webSearchQueries") or gm.get("groundingChunks")
+                                     or gm.get("searchEntryPoint")):
+            grounded = True
+            queries.update(q for q in gm.get("webSearchQueries") or () if isinstance(q, str))
+    if not grounded and not queries:
+        return 0
+    return max(len(queries), 1) if _PER_QUERY.match(model or "") else 1
 
 
 def usage_meta(u: dict | None) -> dict:

@@ -49,6 +49,33 @@ def usage_from(u: Any) -> Usage | None:
 
 
 
+# Output items of tools OpenAI runs and bills per call, and the Usage field of each.
+_TOOL_ITEMS = {"web_search_call": "web_search_calls", "file_search_call": "file_search_calls"}
+
+
+def billed_usage(resp: Any) -> Usage | None:
+    """A whole Response's usage with what else it is billed by: its hosted
+    tool calls (web and file searches per call; code interpreter per
+    container) and the service tier it ran in."""
+    if not isinstance(resp, dict):
+        return None
+    u = usage_from(resp.get("usage"))
+    if u is None:
+        return None
+    containers = set()
+    for item in resp.get("output") or ():
+        if not isinstance(item, dict):
+            continue
+        field = _TOOL_ITEMS.get(item.get("type"))
+        if field:
+            setattr(u, field, getattr(u, field) + 1)
+        elif item.get("type") == "code_interpreter_call":
+            containers.add(item.get("container_id") or item.get("id"))
+    u.code_execution_calls = len(containers)
+    u.service_tier = str(resp.get("service_tier") or "")
+    return u
+
+
 def usage_doc(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict:
     return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
             "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": reasoning},

@@ -19,8 +19,9 @@ chunks for chat, Anthropic and Gemini clients.
 from __future__ import annotations
 
 from relay.convert.common import chunk, error_chunk, new_id, usage_chunk
-from relay.convert.responses import (chat_usage_from_doc, finish_status, message_item, output_text,
-                                     reasoning_item, usage_doc, usage_doc_from_chat, usage_from)
+from relay.convert.responses import (billed_usage, chat_usage_from_doc, finish_status,
+                                     message_item, output_text, reasoning_item, usage_doc,
+                                     usage_doc_from_chat)
 from relay.convert.responses_tools import ToolNames, call_item, custom_input
 from relay.convert.responses_upstream import chat_finish
 
@@ -237,7 +238,7 @@ class EventsToChunks:
         if kind in FINAL:
             resp = data.get("response") or {}
             self.final = True
-            self.usage = usage_from(resp.get("usage"))
+            self.usage = billed_usage(resp)
             if kind == "response.failed":
                 err = resp.get("error") or {}
                 return [error_chunk(f"The upstream failed: {err.get('message') or 'unknown'}",

@@ -11,9 +11,11 @@ Which catalogue entry prices a channel's model:
 - when that provider does not list the model, the catalogue's own matching
   by model name picks one (a Claude model behind an OpenAI-compatible
   channel is billed at Anthropic's price).
-The default (standard) tier is used: batch, flex and priority variants are
-not, and neither are prices that are not per token, second, character or
-request of the kinds below (web searches, video, pages).
+The standard tier is the default; a call that asks for a service tier
+(flex, priority) is priced from the catalogue's variant for it, and has no
+price where the catalogue has none.  Vendor-run tools are priced per call
+(web searches, file searches, code executions); prices of other kinds
+(video, pages) are not read.
 
 Nothing is copied into the database: a price is resolved when first asked
 for and cached in memory (an hour, so that dated price changes in the
@@ -61,6 +63,10 @@ _KEYS = {
     # per unit: our units are seconds of audio and characters of speech
     "audio_hours": ("unit_price", 3600), "input_audio_hours": ("unit_price", 3600),
     "input_mchars": ("unit_price", 1_000_000),
+    # per call of a vendor-run tool
+    "web_searches_kcount": ("web_search_price", 1000),
+    "storage_searches_kcount": ("file_search_price", 1000),
+    "code_executions_kcount": ("code_execution_price", 1000),
 }
 # The more specific key wins when an entry has both.
 _SPECIFIC = {"cache_write_5m_mtok", "input_audio_hours"}
@@ -85,14 +91,16 @@ OUTPUT_LIMITS = tuple((re.compile(p), n) for p, n in (
 ))
 
 
-def lookup(channel_type: str, model: str) -> Price | None:
+def lookup(channel_type: str, model: str, tier: str = "") -> Price | None:
     """The catalogue's price for `model` served by a channel of this type,
-    or None when the catalogue has none.  Never raises; cached."""
-    key = (channel_type, model)
+    in a service tier ("" for the standard one; "flex", "priority": the
+    catalogue's price variant, None when it has none for the model), or
+    None when the catalogue has none.  Never raises; cached."""
+    key = (channel_type, model, tier)
     hit = _cache.get(key, _MISS)
     if hit is _MISS:
         try:
-            hit = _resolve(channel_type, model)
+            hit = _resolve(channel_type, model, tier)
         except Exception:  # a catalogue bug must not take the relay down
             log.exception("price catalogue lookup failed for %s %s", channel_type, model)
             hit = None
@@ -141,7 +149,7 @@ def _context_window(channel_type: str, model: str) -> int | None:
     return None
 
 
-def _resolve(channel_type: str, model: str) -> Price | None:
+def _resolve(channel_type: str, model: str, tier: str = "") -> Price | None:
     provider_id = PROVIDERS.get(channel_type)
     if genai_prices is None or provider_id is None or not model:
         return None
@@ -153,9 +161,19 @@ def _resolve(channel_type: str, model: str) -> Price | None:
                 provider, info = snap.find_provider_model(name, None, pid, None)
             except LookupError:
                 continue
-            price = from_model_price(info.get_prices(datetime.now(tz=UTC)), model)
+            now = datetime.now(tz=UTC)
+            if tier:
+                if not any(v.when == {"service_tier": tier} and (
+                        v.constraint is None or v.constraint.active(now))
+                        for v in info.price_variants or ()):
+                    return None  # the catalogue does not price this tier for the model
+                mp = info.get_prices(now, {"service_tier": tier})
+            else:
+                mp = info.get_prices(now)
+            price = from_model_price(mp, model)
             if price is not None:
-                return replace(price, ref=f"{provider.id}/{info.id}")
+                return replace(price, ref=f"{provider.id}/{info.id}" + (f"@{tier}" if tier
+                                                                          else ""))
     return None
 
 

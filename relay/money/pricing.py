@@ -63,6 +63,14 @@ class Usage:
     reasoning_tokens: int = 0
     audio_output_tokens: int = 0
     image_output_tokens: int = 0
+    # Calls of vendor-run tools (web search, file search, code execution),
+    # each billed at its own price on top of the tokens.
+    web_search_calls: int = 0
+    file_search_calls: int = 0
+    code_execution_calls: int = 0
+    # The service tier the upstream says it ran the call in ("" = standard);
+    # not a count, so not one of USAGE_FIELDS.
+    service_tier: str = ""
 
     def record(self) -> dict:
         """The counts as the usage record and its CSV keep them."""
@@ -78,7 +86,11 @@ class Usage:
 
 
 # The usage record's component columns, in order (handlers/api_log.py, CSV).
-USAGE_FIELDS = tuple(f.name for f in fields(Usage) if f.name != "estimated")
+USAGE_FIELDS = tuple(f.name for f in fields(Usage) if f.name not in ("estimated", "service_tier"))
+# Each tool's calls and the price component that bills them, per call.
+TOOL_PRICES = (("web_search_calls", "web_search_price"),
+               ("file_search_calls", "file_search_price"),
+               ("code_execution_calls", "code_execution_price"))
 
 
 def to_units(usd: Decimal) -> int:
@@ -160,16 +172,33 @@ def call_cost(price: Price, rate: Decimal, count: int = 1) -> int:
     return to_units(price.call_price * rate * count)
 
 
+def tools_usd(usage: Usage, price: Price, rate: Decimal) -> Decimal:
+    """What the vendor-run tool calls cost, on top of everything else."""
+    usd = Decimal(0)
+    for count, component in TOOL_PRICES:
+        n = getattr(usage, count)
+        if n > 0:
+            usd += getattr(price, component) * n
+    return usd * rate
+
+
 def cost(usage: Usage, price: Price, rate: Decimal, per_call: bool) -> int:
     """The cost of one finished call.
 
     Per-call keys pay the call price once per request; a model that only has
     a call price (images, Midjourney actions) is billed per call whatever the
     key's mode.  A per-call key calling a model with no call price is billed
-    per token rather than for free.
+    per token rather than for free.  Tool calls (web searches, ...) come on
+    top, at their prices, in every mode.
     """
     only_call = price.call_price and not (price.input_price or price.output_price
                                           or price.unit_price)
+    tools = (usage.web_search_calls or usage.file_search_calls or usage.code_execution_calls)
     if (per_call and price.call_price) or only_call:
-        return call_cost(price, rate, max(usage.units, 1))
-    return token_cost(usage, price, rate)
+        if not tools:
+            return call_cost(price, rate, max(usage.units, 1))
+        return to_units(price.call_price * rate * max(usage.units, 1)
+                        + tools_usd(usage, price, rate))
+    if not tools:
+        return token_cost(usage, price, rate)
+    return to_units(token_cost_usd(usage, price, rate) + tools_usd(usage, price, rate))

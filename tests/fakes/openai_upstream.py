@@ -26,6 +26,8 @@ The request body may steer the answer (the relay passes unknown fields on):
     fake_text    the reply text (default "Hello from the fake upstream.")
 `n` choices are answered (whole answers; a stream carries index 0), each
 counted in the usage, and n over 128 is refused with 400, as OpenAI does.
+Answers carry `service_tier`: flex or priority as asked, else default
+(fake_service_tier: another, as when flex capacity runs out).
 Models named o1, o1-mini, o1-preview reject a system message with 400, as
 OpenAI does; `reasoning_effort` is refused with 400 by models that are not
 reasoning models (o-series, gpt-5), as OpenAI does, and gpt-4o models refuse an
@@ -146,6 +148,9 @@ class ChatHandler(_Base):
         if isinstance(b.get("fake_usage_doc"), dict):  # a whole usage object, details and all
             usage_doc = b["fake_usage_doc"]
         cid = f"chatcmpl-fake{int(time.time() * 1000)}"
+        # The tier the call ran in, as OpenAI answers it ("auto" and none run as default).
+        tier = b.get("fake_service_tier") or (
+            b.get("service_tier") if b.get("service_tier") in ("flex", "priority") else "default")
         tool_call = None
         if turn.kind == "tool":
             tool_call = {"id": "call_fake1", "type": "function",
@@ -159,7 +164,7 @@ class ChatHandler(_Base):
                 "choices": [{"index": i, "message": message,
                              "finish_reason": "tool_calls" if tool_call else "stop"}
                             for i in range(n)],
-                "usage": usage_doc})
+                "usage": usage_doc, "service_tier": tier})
         self.set_header("Content-Type", "text/event-stream")
         delay = float(b.get("fake_delay", 0)) + (self.fake.slow_delay if self.mode == "slow" else 0)
         pieces = _split(text, nchunks)
@@ -194,7 +199,7 @@ class ChatHandler(_Base):
                 return
             self.rec["flushed_events"] = i + 1  # how far the relay has taken the stream
         if (b.get("stream_options") or {}).get("include_usage"):
-            self.write(f"data: {json.dumps({'id': cid, 'object': 'chat.completion.chunk', 'created': int(time.time()), 'model': model, 'choices': [], 'usage': usage_doc})}\n\n")
+            self.write(f"data: {json.dumps({'id': cid, 'object': 'chat.completion.chunk', 'created': int(time.time()), 'model': model, 'choices': [], 'usage': usage_doc, 'service_tier': tier})}\n\n")
         self.write("data: [DONE]\n\n")
         self.finish()
 

@@ -8,7 +8,8 @@ boot();
 const MAIN = ['input_price', 'output_price', 'cache_price', 'call_price'];
 const OTHER = ['cache_write_price', 'cache_write_1h_price', 'reasoning_price', 'audio_input_price',
   'audio_output_price', 'audio_cache_price', 'image_input_price', 'image_output_price',
-  'image_cache_price', 'unit_price'];
+  'image_cache_price', 'unit_price', 'web_search_price', 'file_search_price',
+  'code_execution_price'];
 
 /** The components beyond the four columns, and the tiers, in a few words. */
 function others(p) {
