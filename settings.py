@@ -72,8 +72,14 @@ class Settings:
     upstream_ca_file: str = ""
     # Further channels tried after a failed upstream call (0: no retry).
     retries: int = 2
-    # Output tokens reserved for a chat call that names no max_tokens.
+    # Output tokens reserved for a chat call that names no max_tokens, for a model whose
+    # output limit is unknown (relay/money/price_catalogue.py knows the vendors').
     default_max_tokens: int = 4096
+    # A stream of a model that reasons unseen (o-series, gpt-5, Gemini 2.5+, Claude with
+    # thinking) whose client leaves is read on for its usage, at most this many seconds
+    # and MB; the vendor bills what it writes meanwhile, and so does the relay.
+    stream_drain_seconds: float = 60.0
+    stream_drain_mb: int = 4
     # Seconds within which a charge and its usage record are durable (in the database or the
     # spill file): the loss window on kill -9 (README, "Money").
     usage_flush_interval: float = 0.5

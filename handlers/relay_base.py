@@ -290,7 +290,7 @@ class RelayHandler(Base):
 
     def _client_left(self) -> None:
         self.closed = True
-        self.cancel.cancelled = True
+        self.cancel.leave()
 
     def pending(self) -> int:
         """Bytes written to the client's connection that the socket has

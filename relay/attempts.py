@@ -143,6 +143,8 @@ class _Streaming:
         self.upstream_headers = headers
 
     def on_chunk(self, data: bytes) -> None:
+        if self.cancel.left:   # read on for the usage only (Cancel.drain)
+            self.cancel.read_on(len(data))
         try:
             chunks = self.reader.feed(data)
         except ValueError as exc:

@@ -16,6 +16,7 @@ Handlers give us a Sink to write to; we never touch Tornado objects here.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -243,6 +244,9 @@ class RelayService:
                 break
             call.upstream_model = channel.upstream_model(call.model)
             adaptor = registry.adaptor_for(channel.type)
+            cancel.drain = (self.settings.stream_drain_seconds,
+                            self.settings.stream_drain_mb * 1024 * 1024) \
+                if call.stream and hides_reasoning(call) else None
             if call.stream:
                 out = await attempt_stream(self.upstream, call, channel, adaptor, sink, face, cancel)
             else:
@@ -280,7 +284,7 @@ class RelayService:
             cost = pricing.cost(usage, price, auth.rate, auth.token.billing_mode == "per_call")
         status = 200 if out.error is None else (499 if cancel.cancelled and out.error.status == 499
                                                 else out.error.status)
-        if cancel.cancelled and out.started:
+        if (cancel.cancelled or cancel.left) and out.started:
             status = 499
         ch = out.channel
         # The record is the charge: billing fills in cost, quota (charged)
@@ -359,6 +363,21 @@ class RelayService:
 # Service tiers billed apart from the standard one (OpenAI's; "auto" and
 # "default" are the standard tier).
 PAID_TIERS = ("flex", "priority", "scale")
+
+
+# Models that reason before they answer, and bill it, without streaming it.
+_REASONS = re.compile(r"^(?:o\d|gpt-5|(?:models/)?gemini-(?:2\.5|[3-9]))")
+
+
+def hides_reasoning(call: Call) -> bool:
+    """Whether a stream cut before its usage would leave unseen reasoning
+    tokens unbilled: read on for the usage then (Cancel.drain)."""
+    if _REASONS.match(call.upstream_model or call.model):
+        return True
+    native = call.native_body if isinstance(call.native_body, dict) else {}
+    thinking = native.get("thinking")
+    return (isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")) or \
+        bool(call.body.get("reasoning_effort")) or isinstance(native.get("reasoning"), dict)
 
 
 def requested_tier(call: Call) -> str:
