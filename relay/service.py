@@ -16,13 +16,13 @@ Handlers give us a Sink to write to; we never touch Tornado objects here.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from models.records import TOKEN_DISABLED, TOKEN_EXHAUSTED, TOKEN_EXPIRED, USER_ENABLED, Token, User
 from relay import bounds, registry
+from relay.asks import PAID_TIERS, hides_reasoning, requested_tier
 from relay.money import pricing, tokenizer
 from relay.adaptors.base import Call, retryable, serves
 from relay.attempts import Outcome, Sink, attempt_plain, attempt_stream
@@ -358,35 +358,6 @@ class RelayService:
             except (AttributeError, TypeError):
                 return 0
         return 0
-
-
-# Service tiers billed apart from the standard one (OpenAI's; "auto" and
-# "default" are the standard tier).
-PAID_TIERS = ("flex", "priority", "scale")
-
-
-# Models that reason before they answer, and bill it, without streaming it.
-_REASONS = re.compile(r"^(?:o\d|gpt-5|(?:models/)?gemini-(?:2\.5|[3-9]))")
-
-
-def hides_reasoning(call: Call) -> bool:
-    """Whether a stream cut before its usage would leave unseen reasoning
-    tokens unbilled: read on for the usage then (Cancel.drain)."""
-    if _REASONS.match(call.upstream_model or call.model):
-        return True
-    native = call.native_body if isinstance(call.native_body, dict) else {}
-    thinking = native.get("thinking")
-    return (isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")) or \
-        bool(call.body.get("reasoning_effort")) or isinstance(native.get("reasoning"), dict)
-
-
-def requested_tier(call: Call) -> str:
-    """The service tier an OpenAI-format call asks for ("" for standard)."""
-    if call.face not in ("openai", "responses") or call.endpoint not in CHAT_LIKE:
-        return ""
-    body = call.native_body if isinstance(call.native_body, dict) else call.body
-    tier = body.get("service_tier")
-    return tier if tier in PAID_TIERS else ""
 
 
 def over_balance(exc: QuotaExhausted, estimate: int, call: Call) -> RelayError:

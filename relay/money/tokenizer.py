@@ -120,26 +120,3 @@ def count_messages(messages: list, model: str = "", tools: Any = None) -> int:
     if tools:
         total += count_text(json.dumps(tools, ensure_ascii=False), model)
     return total
-
-
-def approx_messages(messages: list, tools: Any = None) -> int:
-    """A cheap, generous prompt estimate for reserving cost: a byte count
-    instead of a BPE pass on every call.  English runs about four bytes a
-    token and CJK about three, so a third of the bytes rarely falls short;
-    the real count settles the bill either way."""
-    total = _REPLY_PRIMER
-    for msg in messages or ():
-        if not isinstance(msg, dict):
-            continue
-        total += _PER_MESSAGE
-        content = msg.get("content")
-        if isinstance(content, str):
-            total += len(content.encode()) // 3 + 1
-        elif content is not None:
-            text, extra = _content_text(content)
-            total += len(text.encode()) // 3 + 1 + extra
-        if msg.get("tool_calls"):
-            total += len(json.dumps(msg["tool_calls"])) // 3
-    if tools:
-        total += len(json.dumps(tools)) // 3
-    return total
