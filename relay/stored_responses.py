@@ -52,6 +52,9 @@ class StoredResponses:
             raise not_found(prev, "previous_response_id")
         if rec["kind"] == UPSTREAM:
             call.extra["channel_id"] = rec["channel_id"]
+            # The conversation the upstream holds is input too, not in the
+            # body: the reservation counts it (relay/bounds.py).
+            call.extra["context_tokens"] = int(rec.get("context_tokens") or 0)
             return
         history: list = []
         for r in await self.records.chain(rec, auth.token.id):
@@ -99,8 +102,10 @@ class StoredResponses:
         rid = call.extra.get("upstream_response_id") or (
             call.extra.get("native_answer") or {}).get("id")
         if rid and out.channel is not None:
+            u = out.usage
             await self.records.save(rid, UPSTREAM, *owner, model=call.model,
-                                    channel_id=out.channel.id)
+                                    channel_id=out.channel.id, context_tokens=(
+                                        u.prompt_tokens + u.completion_tokens) if u else 0)
 
     # ---- /v1/responses/{id}[/...] ----------------------------------------------
     async def _record(self, auth, rid: str) -> dict:

@@ -253,3 +253,21 @@ def test_the_context_window_caps_the_input_bound():
     body = {"model": "gpt-4o", "max_tokens": 1, "messages": [{"role": "user",
                                                                "content": "x" * 300_000}]}
     assert bounds.prompt_bound(_call(body), _Channel()) == 128_000
+
+
+def test_a_conversation_held_upstream_counts_in_the_bound(setup, admin, fakes):
+    """previous_response_id naming a response the upstream keeps: its input
+    and output are this call's input too, though not in the body."""
+    t = Tenant(admin, setup.url, key_quota=200_000)
+    url, h = setup.url + "/v1/responses", {"Authorization": f"Bearer {t.key}"}
+    first = requests.post(url, headers=h, timeout=30, json={
+        "model": MODEL, "input": "Read this long file.",
+        "metadata": {"fake_usage": "100000,0,6,0"}})
+    assert first.status_code == 200, first.text
+    # 100,006 tokens of context at 0.5 units, 4,096 of output at 4: about 66,500
+    t.api.put("/api/token/", {"id": t.token_id, "remain_quota": 60_000})
+    follow = {"model": MODEL, "input": "And now?", "previous_response_id": first.json()["id"]}
+    r = requests.post(url, headers=h, timeout=30, json=follow)
+    assert r.status_code == 403 and "could cost up to 6" in r.json()["error"]["message"]
+    follow.pop("previous_response_id")
+    assert requests.post(url, headers=h, timeout=30, json=follow).status_code == 200
