@@ -45,14 +45,15 @@ shapes = st.fixed_dictionaries({
     "max_tokens": st.one_of(st.none(), st.integers(1, 6000)),
     "stream": st.booleans(),
     "words": st.integers(1, 400),
-    "share": st.floats(0, 1),       # how much of its bound the upstream uses
+    "share": st.sampled_from([0.0, 0.3, 1.0]),   # how much of its bound the upstream uses
 })
 
 
 @pytest.mark.slow
 def test_random_calls_never_overdraw_and_are_billed_what_was_reported(setup, admin):
-    t = Tenant(admin, setup.url, key_quota=600_000)
-    check_property(t, cycle([setup.url]), 600_000)
+    # Small enough that the calls run it down: the bound, not luck, keeps it paid.
+    t = Tenant(admin, setup.url, key_quota=150_000)
+    check_property(t, cycle([setup.url]), 150_000)
 
 
 @pytest.mark.slow
