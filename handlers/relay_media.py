@@ -144,17 +144,26 @@ class _UploadHandler(RelayHandler):
         if self.failed is None:
             try:
                 self.upload.finish(lambda fields: self.check(fields, True), self.default_model)
-                if self.task is None:
-                    self._start()
             except RelayError as err:
                 self._fail(err)
-        if self.failed is None and self.call is not None:
+        if self.failed is None:
             # The whole upload is here: the real facts, for the bill, before
-            # the upstream sees its end (and may answer).
-            await self.upload.measure()
-            self.call.extra.update(self.units(self.upload))
-            if self.failed is None:
-                self.upload.end()
+            # the upstream sees its end (and may answer).  A call not begun
+            # yet begins with the whole body, and so with its length.
+            up = self.upload  # on_finish lets go of it if the client leaves meanwhile
+            await up.measure()
+            if self.upload is None and self.task is None:
+                return  # the client left before anything began
+            if self.task is None and self.failed is None:
+                up.end()
+                try:
+                    self._start()
+                except RelayError as err:
+                    self._fail(err)
+            if self.call is not None:
+                self.call.extra.update(self.units(up))
+            if self.failed is None and not up.ended:
+                up.end()
         asked = (self.upload.fields if self.upload is not None else {}).get("response_format")
         if self.task is not None:
             try:
