@@ -57,20 +57,26 @@ _OUTPUT_PARTS = ("output_price", "reasoning_price", "audio_output_price", "image
 
 
 def dearest(price: Price, prompt_tokens: int) -> Price:
-    """The price at the tier a prompt of this size falls in, with every
-    input part at the dearest input price and every output part at the
-    dearest output price: what bounds any mix of parts."""
+    """The price at the tier a prompt of this size falls in, with input
+    and output at the dearest input and output parts: what bounds any mix
+    of parts (the bound's usage has no cached or detailed parts, so those
+    prices are never read).  Memoised by the price object: the catalogue's
+    and an administrator's are kept, so this is a dict lookup a call."""
     p = price.at(prompt_tokens) if price.tiers else price
+    hit = _dearest.get(id(p))
+    if hit is not None and hit[0] is p:
+        return hit[1]
     inp = max(getattr(p, f) for f in _INPUT_PARTS)
     out = max(getattr(p, f) for f in _OUTPUT_PARTS)
-    if inp == p.input_price and out == p.output_price and not p.cache_price:
-        return p
-    zero = Decimal(0)
-    return replace(p, input_price=inp, output_price=out, cache_price=zero,
-                   cache_write_price=zero, cache_write_1h_price=zero, audio_input_price=zero,
-                   audio_cache_price=zero, image_input_price=zero, image_cache_price=zero,
-                   reasoning_price=zero, audio_output_price=zero, image_output_price=zero,
-                   tiers=())
+    worst = p if inp == p.input_price and out == p.output_price else \
+        replace(p, input_price=inp, output_price=out, tiers=())
+    if len(_dearest) > 4096:
+        _dearest.clear()
+    _dearest[id(p)] = (p, worst)
+    return worst
+
+
+_dearest: dict = {}
 
 
 def body_bytes(call) -> bytes:
@@ -78,10 +84,12 @@ def body_bytes(call) -> bytes:
     return call.raw or b""
 
 
-def prompt_bound(call, channel) -> int:
+def prompt_bound(call, channel, tools=None) -> int:
     """Input tokens the call can be billed at most (see the module doc)."""
     if "reserve_prompt" in call.extra:  # a face that knows better (uploads)
         return min(int(call.extra["reserve_prompt"]), context_window(call, channel))
+    if tools is None:
+        tools = hosted_tools(call)
     raw = body_bytes(call)
     n = len(raw) if raw else _json_size(call)
     if call.endpoint in CHAT_LIKE:
@@ -92,7 +100,7 @@ def prompt_bound(call, channel) -> int:
             n += TOOLS_TOKENS
     # A conversation continued from a response the upstream keeps.
     n += int(call.extra.get("context_tokens") or 0)
-    n += TOOL_CALL_TOKENS * sum(count for count, _ in hosted_tools(call))
+    n += TOOL_CALL_TOKENS * sum(count for count, _ in tools)
     window = context_window(call, channel)
     return min(n, window)
 
@@ -215,7 +223,7 @@ def worst_case(call, channel, price: Price, rate: Decimal, per_call: bool,
     if per_call and price.call_price or (price.call_price and not (
             price.input_price or price.output_price or price.unit_price)):
         return pricing.call_cost(price, rate, max(units, 1)) + extra
-    prompt = prompt_bound(call, channel)
+    prompt = prompt_bound(call, channel, tools)
     if call.endpoint in CHAT_LIKE:
         out = output_bound(call, channel, default_output)
     else:

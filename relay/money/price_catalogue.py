@@ -72,7 +72,9 @@ _KEYS = {
 _SPECIFIC = {"cache_write_5m_mtok", "input_audio_hours"}
 
 _cache: TTLCache = TTLCache(maxsize=20_000, ttl=3600)
-_limits: TTLCache = TTLCache(maxsize=20_000, ttl=3600)
+# Limits do not change with the date: a plain dict (a TTLCache lookup costs
+# tens of microseconds, on every call's reservation).
+_limits: dict = {}
 _MISS = object()
 
 # The most output tokens one answer of a model may hold, as each vendor
@@ -128,6 +130,8 @@ def limits(channel_type: str, model: str) -> tuple[int | None, int | None]:
             window = _context_window(channel_type, model)
         except Exception:  # a catalogue bug must not take the relay down
             log.exception("price catalogue lookup failed for %s %s", channel_type, model)
+        if len(_limits) > 20_000:
+            _limits.clear()
         hit = _limits[key] = (window, out)
     return hit
 
