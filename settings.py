@@ -76,9 +76,10 @@ class Settings:
     # output limit is unknown (relay/money/price_catalogue.py knows the vendors').
     default_max_tokens: int = 4096
     # A stream of a model that reasons unseen (o-series, gpt-5, Gemini 2.5+, Claude with
-    # thinking) whose client leaves is read on for its usage, at most this many seconds
-    # and MB; the vendor bills what it writes meanwhile, and so does the relay.
+    # thinking) whose client leaves is read on for its usage, at most this many seconds;
+    # the vendor bills what it writes meanwhile, and so does the relay.
     stream_drain_seconds: float = 60.0
+    # MB of such a stream read on for its usage at most (see stream_drain_seconds).
     stream_drain_mb: int = 4
     # Seconds within which a charge and its usage record are durable (in the database or the
     # spill file): the loss window on kill -9 (README, "Money").
