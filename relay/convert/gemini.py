@@ -1,22 +1,23 @@
-"""Gemini generateContent <-> OpenAI chat: requests, whole answers, usage.
+"""Gemini generateContent <-> OpenAI chat: requests and whole answers.
 
-Streams are in relay/convert/gemini_stream.py, embeddings in
-relay/convert/gemini_embed.py.  Gemini has no tool-call ids (newer models
-may send one); calls get ids here and results are matched back by name.
+Usage is read in relay/convert/gemini_usage.py, streams are in
+relay/convert/gemini_stream.py, embeddings in relay/convert/gemini_embed.py.
+Gemini has no tool-call ids (newer models may send one); calls get ids
+here and results are matched back by name.
 """
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
-from relay.convert.common import new_id, openai_usage, parse_args, split_data_url, text_of
+from relay.convert.common import new_id, parse_args, split_data_url, text_of
 from relay.convert.gemini_config import (effort_from_thinking, schema_from_openai,  # noqa: F401
                                          schema_to_openai, thinking_config,
                                          uses_thought_signatures)
+from relay.convert.gemini_usage import (grounding_calls, usage_from, usage_meta,  # noqa: F401
+                                        usage_to_openai)
 from relay.errors import bad_request
-from relay.money.pricing import Usage
 
 FINISH_FROM_GEMINI = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter",
                       "RECITATION": "content_filter", "BLOCKLIST": "content_filter",
@@ -29,86 +30,6 @@ _MODE_NAMES = {1: "AUTO", 2: "ANY", 3: "NONE", 4: "VALIDATED"}
 # Google's documented stand-in for a thought signature we do not have (a
 # conversation that came through another format carries none).
 NO_SIGNATURE = "skip_thought_signature_validator"
-
-
-# ---- usage -----------------------------------------------------------------
-# MediaModality, also as the numbers of enum-encoding=int.
-_MODALITY = {1: "TEXT", 2: "IMAGE", 3: "VIDEO", 4: "AUDIO", 5: "DOCUMENT"}
-
-
-def usage_from(meta: dict | None) -> Usage | None:
-    """usageMetadata -> ours.  promptTokenCount already includes the cached
-    tokens (cachedContentTokenCount); thinking tokens (thoughtsTokenCount)
-    come on top of candidatesTokenCount and are billed as output, as Google
-    bills them.  The per-modality details (promptTokensDetails,
-    cacheTokensDetails, candidatesTokensDetails) give the audio and image
-    parts, which some models price apart; video and documents are billed
-    as text input."""
-    if not isinstance(meta, dict) or not meta:
-        return None
-
-    def n(v) -> int:
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0
-
-    def by_modality(key: str) -> dict:
-        out: dict = {}
-        for d in meta.get(key) or ():
-            if isinstance(d, dict):
-                m = d.get("modality")
-                m = _MODALITY.get(m, "") if isinstance(m, int) else str(m or "").upper()
-                out[m] = out.get(m, 0) + n(d.get("tokenCount"))
-        return out
-
-    prompt = n(meta.get("promptTokenCount")) + n(meta.get("toolUsePromptTokenCount"))
-    thoughts = n(meta.get("thoughtsTokenCount"))
-    inp = by_modality("promptTokensDetails")
-    tool = by_modality("toolUsePromptTokensDetails")
-    cached = by_modality("cacheTokensDetails")
-    out = by_modality("candidatesTokensDetails")
-    return Usage(prompt_tokens=prompt, completion_tokens=n(meta.get("candidatesTokenCount")) + thoughts,
-                 cached_tokens=n(meta.get("cachedContentTokenCount")), reasoning_tokens=thoughts,
-                 audio_input_tokens=inp.get("AUDIO", 0) + tool.get("AUDIO", 0),
-                 image_input_tokens=inp.get("IMAGE", 0) + tool.get("IMAGE", 0),
-                 cached_audio_tokens=cached.get("AUDIO", 0),
-                 cached_image_tokens=cached.get("IMAGE", 0),
-                 audio_output_tokens=out.get("AUDIO", 0), image_output_tokens=out.get("IMAGE", 0))
-
-
-# Gemini 3 bills each search query it runs; earlier models each grounded prompt.
-_PER_QUERY = re.compile(r"^(?:models/)?gemini-(?:[3-9]|\d\d)")
-
-
-def grounding_calls(doc: dict, model: str, queries: set | None = None) -> int:
-    """Grounding with Google Search billed for an answer (or, with `queries`
-    kept across a stream's chunks, for the stream so far): its
-    groundingMetadata's search queries for Gemini 3, else one a prompt."""
-    queries = set() if queries is None else queries
-    grounded = False
-    for cand in doc.get("candidates") or ():
-        gm = cand.get("groundingMetadata") if isinstance(cand, dict) else None
-        if isinstance(gm, dict) and (gm.get("webSearchQueries") or gm.get("groundingChunks")
-                                     or gm.get("searchEntryPoint")):
-            grounded = True
-            queries.update(q for q in gm.get("webSearchQueries") or () if isinstance(q, str))
-    if not grounded and not queries:
-        return 0
-    return max(len(queries), 1) if _PER_QUERY.match(model or "") else 1
-
-
-def usage_meta(u: dict | None) -> dict:
-    """OpenAI usage -> usageMetadata."""
-    u = u or {}
-    p, c = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
-    meta = {"promptTokenCount": p, "candidatesTokenCount": c, "totalTokenCount": p + c}
-    cached = int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-    if cached:
-        meta["cachedContentTokenCount"] = cached
-    return meta
-
-
-def usage_to_openai(meta: dict | None) -> dict:
-    u = usage_from(meta) or Usage()
-    return openai_usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens)
 
 
 # ---- requests: Gemini -> OpenAI --------------------------------------------

@@ -11,7 +11,7 @@ price by):
     images          n, the number of images asked for (generations and edits)
     speech          characters of `input`; the audio written is billed as output
                     tokens from the upstream's usage (stream_format "sse"), else
-                    from its length (relay/adaptors/openai.py BinaryStream)
+                    from its length (relay/adaptors/openai_speech.py BinaryStream)
     transcriptions  seconds of audio, rounded up: the upstream's duration, else read
     translations    from the file (relay/money/audio_length.py), else 1 (per call);
                     token usage, when reported, is billed per token

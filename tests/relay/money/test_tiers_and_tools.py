@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 import requests
 
-from relay.convert.gemini import grounding_calls
+from relay.convert.gemini_usage import grounding_calls
 from relay.convert.responses import billed_usage
 from relay.money import price_catalogue
 from tests.fakes.anthropic_upstream import FakeAnthropic
