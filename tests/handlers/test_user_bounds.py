@@ -175,11 +175,20 @@ def test_subscriptions_per_account_are_capped_also_when_created_at_once(relay, a
 # ---- the rate limit on /api --------------------------------------------------------
 def test_api_rate_limit_per_user(relay, admin):
     api = someone(admin, relay)
-    codes = [api.s.get(relay.url + "/api/user/self").status_code for _ in range(RATE + 10)]
+    # The bucket refills at RATE/60 a second while the calls run, so the
+    # refusal is read from the call that got it (on a loaded machine one more
+    # call after it may find a unit refilled).
+    codes, refused = [], None
+    for _ in range(RATE + 10):
+        r = api.s.get(relay.url + "/api/user/self")
+        codes.append(r.status_code)
+        if r.status_code == 429:
+            refused = r
+            break
     assert codes[:RATE // 2] == [200] * (RATE // 2)
-    assert 429 in codes
-    r = api.s.get(relay.url + "/api/user/self")
-    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+    assert refused is not None, codes
+    r = refused
+    assert int(r.headers["Retry-After"]) >= 1
     assert r.json()["data"]["retry_after"] == int(r.headers["Retry-After"])
     # Someone else, and an administrator, are not held up by it.
     assert someone(admin, relay).s.get(relay.url + "/api/user/self").status_code == 200
