@@ -1,7 +1,13 @@
-"""`python server.py` whose notifier reads the time from a clock the test
-moves: the number of seconds in the file named by NOTIFY_CLOCK_SHIFT is
-added to the real time.  Lets a browser test cross an hour boundary and
-wait 60 minutes without waiting (the rolling-hour warning limit)."""
+"""`python server.py` on a clock of the test's choosing.
+
+- NOTIFY_CLOCK_SHIFT names a file holding a number of seconds added to the
+  real time of the notifier's clock, which the test moves: a browser test
+  crosses an hour boundary and waits 60 minutes without waiting (the
+  rolling-hour warning limit).
+- RELAY_CLOCK_SHIFT is a number of seconds added to the whole process's
+  wall clock (time.time), as on a host whose clock is that far off: what
+  relays sharing a database must not depend on (their clocks disagree).
+"""
 from __future__ import annotations
 
 import os
@@ -10,10 +16,16 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+_SKEW = float(os.environ.get("RELAY_CLOCK_SHIFT") or 0)
+if _SKEW:
+    _real_time, _real_time_ns = time.time, time.time_ns
+    time.time = lambda: _real_time() + _SKEW
+    time.time_ns = lambda: _real_time_ns() + int(_SKEW * 1e9)
+
 import notify.service  # noqa: E402
 import server  # noqa: E402
 
-SHIFT_FILE = os.environ["NOTIFY_CLOCK_SHIFT"]
+SHIFT_FILE = os.environ.get("NOTIFY_CLOCK_SHIFT", "")
 
 
 def shifted_clock() -> float:
@@ -32,7 +44,8 @@ def install(app) -> None:
     _install(app)
 
 
-notify.service.install = install
+if SHIFT_FILE:
+    notify.service.install = install
 
 if __name__ == "__main__":
     server.main()
