@@ -122,7 +122,10 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
     catalog = Catalog(store, vault, ttl=config.cache_ttl, poll=config.invalidation_poll)
     billing = Billing(store, bus, process_id=catalog.process_id, lease_chunk=config.lease_chunk,
                       flush_interval=config.usage_flush_interval, data_dir=config.data_dir,
-                      spill_max_mb=config.spill_max_mb, stale_after=config.lease_stale_after)
+                      spill_max_mb=config.spill_max_mb, stale_after=config.lease_stale_after,
+                      idle_release=config.lease_idle_release,
+                      direct_below=config.lease_direct_below,
+                      recall_wait=config.lease_recall_wait)
     usage_log = UsageLog(store, bus, retention_days=config.usage_retention_days, billing=billing)
     scheduler = Scheduler(catalog, store)
     upstream = Upstream(connect_timeout=config.connect_timeout,

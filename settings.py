@@ -91,8 +91,24 @@ class Settings:
     spill_max_mb: int = 256
     # Seconds that running calls may take to finish after SIGTERM.
     shutdown_grace: float = 30.0
-    # Quota units a process leases from an account or key at once (see relay/money/leases.py).
+    # The most quota units a relay leases of one account or key at once ($4).  A lease is also
+    # at most a quarter of what is left, split by the relays holding one (relay/money/leases.py):
+    # with a large balance a relay then serves thousands of calls from memory per database
+    # write, and a small one is never held by one relay while another needs it.
     lease_chunk: int = 2_000_000
+    # Below this many units left ($2), a relay holds nothing of a balance ahead of its calls:
+    # each call reserves from the database and gives back what it did not use (one conditional
+    # update each), so every relay can spend the last unit.  0: always lease.
+    lease_direct_below: int = 1_000_000
+    # Seconds without a call after which a relay gives a balance's lease back.  A relay short
+    # of a balance recalls others' leases at once, so this only tidies; shorter costs a
+    # database write each time a balance idles, longer keeps money out of people's view of
+    # `quota` for nothing.
+    lease_idle_release: float = 10.0
+    # Seconds a call waits for other relays to give back a balance it is short of (they answer
+    # within a flush tick), or for a change of the balance by an administrator, before it is
+    # refused; and the longest a change waits for the relays' answers.
+    lease_recall_wait: float = 1.0
     # Seconds a process trusts its cached keys, users, groups, prices and channels.
     cache_ttl: float = 300.0
     # Seconds between checks for changes made by other relay processes.

@@ -259,6 +259,10 @@ class ApiHandler(SessionMixin, Base):
             self.set_header("Retry-After", "1")
             return self.fail(429, "Too many sign-ins and password changes at once: try again "
                                   "in a second.", {"retry_after": 1})
+        if isinstance(exc, RelayError):   # billing or the catalog refusing a change (503)
+            if exc.retry_after:
+                self.set_header("Retry-After", str(exc.retry_after))
+            return self.fail(exc.status, exc.message)
         if isinstance(exc, tornado.web.HTTPError) and exc.log_message:
             return self.fail(status_code, exc.log_message)
         if status_code >= 500:

@@ -7,6 +7,11 @@ Idempotency.  reserve/settle/refund are keyed by request id: a second settle
 or refund of the same reservation does nothing.  `reverse` (refund after the
 fact, e.g. a failed Midjourney task) is made idempotent by a unique ledger id.
 
+Lowering.  A change that sets a balance or takes money away (set_remaining,
+a debit by credit()) first recalls every relay's lease on it and waits for
+their answers (relay/money/recalls.py), so that no relay spends what was
+taken away; a top-up is a plain $inc.
+
 Shortfall.  No balance goes below zero (or below an account's credit limit):
 a call whose real cost is above what is there is charged what is there, and
 its record says so: `cost` (the full price), `quota` (charged) and `unpaid`.
@@ -24,7 +29,7 @@ from relay.serving.background import cancel_and_wait
 from relay.errors import RelayError
 from relay.money.flusher import Flusher
 from relay.money.journal import Journal
-from relay.money.leases import COLLECTIONS, TOKEN, USER, BillingUnavailable, QuotaExhausted
+from relay.money.leases import AFTER, COLLECTIONS, TOKEN, USER, BillingUnavailable, QuotaExhausted
 from relay.money.usage import stored
 
 log = logging.getLogger("relay.billing")
@@ -52,13 +57,14 @@ class Billing(Flusher):
     def __init__(self, store, bus=None, process_id: str = "p", lease_chunk: int = 2_000_000,
                  flush_interval: float = 0.5, idle_release: float = 10.0,
                  data_dir: str = "./data", spill_max_mb: int = 256, batch: int = 1000,
-                 stale_after: float = 60.0):
+                 stale_after: float = 60.0, direct_below: int = 0, recall_wait: float = 1.0):
         journal = Journal(data_dir, spill_max_mb * 1024 * 1024, batch)
         super().__init__(store, process_id, lease_chunk, flush_interval, idle_release, journal,
-                         stale_after)
+                         stale_after, direct_below=direct_below, recall_wait=recall_wait)
         self.bus = bus
         self._open: dict[str, Reservation] = {}
         self.on_record = []  # callables given each charged record (the live usage view)
+        self.on_applied.append(self._publish_applied)
 
     # ---- reserve / settle / refund ------------------------------------------
     async def reserve(self, request_id: str, user_id: int, token_id: int | None,
@@ -77,6 +83,11 @@ class Billing(Flusher):
         if token_id is not None and token_limited:
             subjects.append(self._get(TOKEN, token_id))
         for _ in range(8):
+            if self.recalls_stale() and not await self.recalls_fresh():
+                # Not sure no lease here was recalled, and no read of
+                # `recalls` came back in time (relay/money/recalls.py).
+                raise BillingUnavailable("the database is too slow to confirm this relay's "
+                                         "leases")
             for b in subjects:
                 if b.available < amount:
                     await self.wait_ahead(b)
@@ -125,7 +136,7 @@ class Billing(Flusher):
             for b in limited:
                 if b.available < cost:
                     try:
-                        await self._db(self._lease(b, cost))
+                        await self._db(self._lease(b, cost, wait=False, partial=True))
                     except (QuotaExhausted, RelayError, PyMongoError, asyncio.TimeoutError):
                         pass
             charged = max(min([cost] + [b.available for b in limited]), 0)
@@ -138,6 +149,8 @@ class Billing(Flusher):
             self._spend(record)
             for hook in self.on_record:
                 hook(record)
+        for b in limited:
+            self.give_back_later(b)
         self._publish(res.user_id, res.token_id)
         return charged
 
@@ -166,7 +179,7 @@ class Billing(Flusher):
             return 0, 0
         b = self._bal.get((kind, ident))
         if b is not None:
-            self._absorb(b, doc)
+            self._learn(b, doc)
         return self.view_from_doc(kind, doc)
 
     async def credit(self, kind: str, ident: int, amount: int, reason: str = "",
@@ -174,7 +187,9 @@ class Billing(Flusher):
         """Add (or with a negative amount, remove) quota outside of a call.
 
         With a ledger_id the credit happens at most once.  A debit never takes
-        the stored quota below zero unless allow_negative.
+        the balance below zero unless allow_negative; it first recalls what
+        every relay leases of it (so it is refused only when the balance
+        itself is short, and no relay spends what it took away).
         """
         amount = int(amount)
         entry = {"kind": kind, "subject": ident, "amount": amount, "reason": reason,
@@ -184,25 +199,37 @@ class Billing(Flusher):
                 await self.store.db.ledger.insert_one({"_id": ledger_id, **entry})
             except DuplicateKeyError:
                 return False
-        flt: dict = {"_id": ident}
-        if amount < 0 and not allow_negative:
-            flt["quota"] = {"$gte": -amount}
-        doc = await self.store.db[COLLECTIONS[kind]].find_one_and_update(
-            flt, {"$inc": {"quota": amount}}, return_document=True)
+        if amount >= 0:
+            doc = await self.store.db[COLLECTIONS[kind]].find_one_and_update(
+                {"_id": ident}, {"$inc": {"quota": amount}}, return_document=AFTER)
+        else:
+            floor = None if allow_negative else 0
+            async with self.lowering(kind, ident) as low:
+                done = low and await self.rewrite(
+                    low, lambda was: None if floor is not None and was + amount < floor
+                    else was + amount)
+            doc = done[0] if done else None
         if doc is None:
             if ledger_id is not None:
                 await self.store.db.ledger.delete_one({"_id": ledger_id})
             return False
         if ledger_id is None:
             await self.store.db.ledger.insert_one(entry)
+        self._changed(kind, doc, -amount)
+        return True
+
+    def _changed(self, kind: str, doc: dict, paid: int) -> None:
+        """A balance document written outside of a call: learn it, and tell
+        the bus (`paid`: what the write took from it, negative if it added)."""
+        ident = doc["_id"]
         b = self._bal.get((kind, ident))
         if b is not None:
-            self._absorb(b, doc)
+            self._learn(b, doc)
+        self._publish_applied(kind, doc, paid)
         if kind == USER:
             self._publish(ident, None, user_doc=doc)
         else:
             self._publish(doc.get("user_id"), ident, token_doc=doc)
-        return True
 
     async def reverse(self, ledger_id: str, record: dict, reason: str) -> bool:
         """Give back an earlier charge, once: returns False if already given.
@@ -232,18 +259,34 @@ class Billing(Flusher):
         return True
 
     async def set_remaining(self, kind: str, ident: int, target: int) -> None:
-        """Make the live remaining balance equal `target` (admin edits).
+        """Make what new calls can spend of a balance `target` (admin edits).
 
-        This process's unreserved lease goes back first, so a lowered balance
-        binds the very next request here.
+        Every relay's lease on it is recalled first (relay/money/recalls.py),
+        so that none spends the old figure once this returns.  What calls
+        already running reserved stays theirs: `quota` itself becomes
+        `target`, and what those calls do not use comes back on top of it.
         """
-        b = self._bal.get((kind, ident))
-        if b is not None:
-            await self._release(b)
-        remaining, _ = await self.balance(kind, ident)
-        if target != remaining:
-            await self.credit(kind, ident, target - remaining, "set by admin",
-                              allow_negative=True)
+        async with self.lowering(kind, ident) as low:
+            done = low and await self.rewrite(low, lambda was: int(target))
+        if not done:
+            return
+        doc, was, new = done
+        if new != was:
+            await self.store.db.ledger.insert_one(
+                {"kind": kind, "subject": ident, "amount": new - was,
+                 "reason": "set by admin", "created_at": time.time()})
+        self._changed(kind, doc, was - new)
+
+    def _publish_applied(self, kind: str, doc: dict, paid: int) -> None:
+        """The balance a document shows, for decisions that must be made from
+        the truth (notify/rules.py): what is left now, and before `paid`."""
+        if self.bus is None or (kind == TOKEN and doc.get("unlimited_quota")):
+            return
+        remaining, _ = self.view_from_doc(kind, doc)
+        self.bus.publish("balance_applied", {
+            "kind": kind, "user_id": doc["_id"] if kind == USER else doc.get("user_id"),
+            "token_id": doc["_id"] if kind == TOKEN else None,
+            "remaining": remaining, "before": remaining + paid})
 
     def _publish(self, user_id, token_id, user_doc: dict | None = None,
                  token_doc: dict | None = None) -> None:
@@ -293,9 +336,9 @@ class Billing(Flusher):
 
         Bounded by `timeout`: with the database gone, what is not written
         goes to the spill file and the leases stay for the next start."""
-        for task in (self._flusher, self._guard, self._beat):
+        for task in (self._flusher, self._guard, self._beat, self._recaller):
             await cancel_and_wait(task)
-        self._flusher = self._guard = self._beat = None
+        self._flusher = self._guard = self._beat = self._recaller = None
         # A chunk being leased ahead is let arrive (each is bounded by the
         # database timeout), so that the books close with it given back.
         if self._ahead:

@@ -32,6 +32,8 @@ class Flusher(Leases):
             self._flusher = loop.create_task(self._flush_loop())
             self._guard = loop.create_task(self._guard_loop())
             self._beat = loop.create_task(self._beat_loop())
+            self.recalls_read = time.monotonic()
+            self._recaller = loop.create_task(self._recall_loop())
 
     async def _guard_loop(self) -> None:
         while True:

@@ -1,15 +1,54 @@
-"""How a process holds quota, and how a charge becomes durable.
+"""How relays hold quota, and how a charge becomes durable.
 
 Leases.  The embedded database answers about a thousand operations a
 second; two documents (account and key) times reserve and settle would cap
-the relay far below its upstreams.  So each process leases quota from a
-balance in chunks, with one atomic conditional update:
+the relay far below its upstreams.  So a relay leases part of a balance
+with one atomic conditional update:
 
-    {_id, quota >= take - credit_limit} -> $inc {quota: -take, leases.<P>: +take}
+    {_id, quota >= take - credit_limit, lowering absent}
+        -> $inc {quota: -take, leases.<P>: +take}
 
 and reserves and settles against its lease in memory, where the event loop
 makes check-and-subtract atomic (no await between them).  A balance shown
-to people is `quota + sum(leases)`.
+to people is `quota + sum(leases)`, less the charges not applied yet.
+
+Several relays share one database, so a lease must never refuse a paying
+user on another relay, nor let a relay spend what an administrator took
+away.  Three rules (relay/money/recalls.py holds the second and third):
+
+  Leases follow the balance.  A relay leases at most
+  (what is left) / (LEASE_SHARE x the relays holding a lease on it),
+  and never more than `lease_chunk`; the next lease is taken in the
+  background when half of one is left.  What is left and who holds it come
+  from the last document this relay read of the balance (every lease and
+  give back reads one).  Below `lease_direct_below` units, or before
+  this relay has read the balance at all, a relay holds nothing ahead:
+  each reserve leases exactly what the call needs (one atomic conditional
+  update) and each settle gives back what the call did not use (one more,
+  off the request path), so a relay holds only what its running calls
+  reserved.
+
+  A relay that finds too little asks for it back.  When the balance is
+  short and other relays hold leases on it, the reserve raises the
+  balance's recall counter and names the recall in `recalls`; every relay
+  reads `recalls` every flush tick, in a loop of its own, and gives back
+  the unreserved part of its lease on a recalled balance, writing the
+  number it answered (`ack.<P>`).  The reserve meanwhile waits, up to
+  `lease_recall_wait` seconds, trying again every half tick; only then is
+  the call refused.
+
+  A lowering recalls every lease first.  Setting a remaining balance,
+  or taking money away, freezes the balance (`lowering`: no lease can be
+  taken), recalls it, waits (up to `lease_recall_wait`) until every
+  relay holding a lease has answered, then writes the new figure as one
+  conditional update and lifts the freeze.  What the relays still hold
+  after answering is what their running calls reserved and what they
+  charged and have not applied yet: it stays theirs (calls already
+  running may finish), so `quota` is set to the new figure itself and the
+  balance never ends below it.  A relay spends from a lease only while
+  it has read `recalls` lately, so one that did not answer in time (slow,
+  dead, or cut off from the database) cannot spend it after the change:
+  what it held unreserved is forfeit when it answers or is reclaimed.
 
 One writer for money: the usage record is the source of truth.  A charge
 exists only as a usage record; the balances are made from records,
@@ -28,8 +67,8 @@ this order and whatever the load:
      so a batch applied twice changes nothing (a key that is not limited
      only counts used_quota; a record whose lease is gone, see below, is
      paid from `quota`);
-  3. returns idle leases, and notes `applied_upto` and `flushed_at` in the
-     process document;
+  3. notes `applied_upto` and `flushed_at` in the process document;
+  4. returns idle leases (`lease_idle_release` seconds without a call);
 and a guard, every eighth of the interval, moves any record older than one
 interval from memory to the spill file, so a slow or absent database cannot
 keep a record in memory longer than 1.125 intervals.
@@ -67,29 +106,25 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from models.store import ReturnDocument
 from relay.errors import RelayError
 from relay.money.journal import Journal
 from relay.money.processes import Processes
+from relay.money.recalls import Recalls
+from relay.money.refusals import TOKEN, USER, BillingUnavailable, QuotaExhausted
 from relay.money.shown import Shown, figures
 
 log = logging.getLogger("relay.billing")
 
-USER, TOKEN = "user", "token"
+__all__ = ["Leases", "QuotaExhausted", "BillingUnavailable", "USER", "TOKEN", "COLLECTIONS"]
+
 COLLECTIONS = {USER: "users", TOKEN: "tokens"}
-
-
-class QuotaExhausted(RelayError):
-    def __init__(self, kind: str):
-        who = "API key" if kind == TOKEN else "account"
-        super().__init__(403, f"The {who}'s quota is exhausted; top up or raise the key's quota.",
-                         "insufficient_quota", f"{kind}_quota_exhausted")
-        self.kind = kind
-
-
-class BillingUnavailable(RelayError):
-    def __init__(self, why: str):
-        super().__init__(503, f"Billing is unavailable ({why}); try again shortly.",
-                         "service_unavailable", "billing_unavailable")
+# A relay leases at most this share of what is left of a balance, split by
+# the relays holding a lease on it: with three relays at most a twelfth
+# each, so three quarters of a balance stay in the database for whichever
+# relay a call reaches next, and a lease still covers many calls.
+LEASE_SHARE = 4
+AFTER = ReturnDocument.AFTER
 
 
 @dataclass
@@ -104,14 +139,20 @@ class _Balance:
     shown: Shown = field(default_factory=Shown)
     touched: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    ahead: asyncio.Task | None = None  # the next chunk, being leased in the background
+    ahead: asyncio.Task | None = None  # the next lease, being taken in the background
+    # From the last document read: `quota + sum(leases)` (None: never read)
+    # and how many relays hold a lease on it, this one included.
+    total: int | None = None
+    holders: int = 1
+    acked: int = 0       # the recall counter this relay last answered
+    giving: asyncio.Task | None = None  # a give-back after a settle, under way
 
     @property
     def available(self) -> int:
         return self.held - self.reserved
 
 
-class Leases(Processes):
+class Leases(Recalls, Processes):
     """Balances this process holds: leased from the store, spent in memory
     (the flusher that makes charges durable: relay/money/flusher.py)."""
 
@@ -119,12 +160,15 @@ class Leases(Processes):
 
     def __init__(self, store, process_id: str, lease_chunk: int, flush_interval: float,
                  idle_release: float, journal: Journal, stale_after: float = 60.0,
-                 db_timeout: float = 5.0):
+                 db_timeout: float = 5.0, direct_below: int = 0, recall_wait: float = 1.0):
         self.store = store
         self.pid = process_id
         self.own_ids = {process_id}   # a fenced process has had more than one
         self.chunk = lease_chunk
+        self.direct_below = direct_below
+        self.recall_wait = recall_wait
         self.flush_interval = flush_interval
+        self.tick = flush_interval / 4
         self.idle_release = idle_release
         self.journal = journal
         self.stale_after = stale_after
@@ -147,6 +191,10 @@ class Leases(Processes):
         # callables given its id) or when this one is fenced (given old, new).
         self.on_reclaim = []
         self.on_fence = []
+        # fn(kind, doc, paid) for each balance document a flush read back
+        # after applying `paid` units to it (billing publishes the truth).
+        self.on_applied = []
+        Recalls.__init__(self)
 
     # ---- in memory ----------------------------------------------------------
     def _get(self, kind: str, ident: int) -> _Balance:
@@ -170,22 +218,48 @@ class Leases(Processes):
         record["proc"], record["seq"] = self.pid, self.seq
         self.journal.add(record)
 
+    # ---- how much to hold ---------------------------------------------------
+    def direct(self, b: _Balance) -> bool:
+        """True when this relay holds nothing of `b` ahead of its calls."""
+        return b.total is None or b.total + b.credit < self.direct_below
+
+    def lease_size(self, b: _Balance) -> int:
+        """What one lease of `b` may take now (0: lease per call)."""
+        if self.direct(b):
+            return 0
+        return max(min(self.chunk, (b.total + b.credit) // (LEASE_SHARE * b.holders)), 0)
+
+    def _learn(self, b: _Balance, doc: dict) -> None:
+        """Take what is left of a balance, and who holds it, from a document."""
+        b.shown.keep(doc)
+        leases = doc.get("leases") or {}
+        b.total = figures(doc)[0]
+        b.holders = len(set(leases) | {self.pid})
+
+    # ---- leasing ------------------------------------------------------------
     def lease_ahead(self, b: _Balance) -> None:
-        """After a reserve: with less than half a chunk left unreserved, lease
-        the next chunk in the background, so that the reserves after this
-        one find it there.  Waiting for it on the request path held every
-        reserve of the balance for a database round trip each time a chunk
+        """After a reserve: with less than half a lease left unreserved, take
+        the next one in the background, so that the reserves after this one
+        find it there.  Waiting for it on the request path held every
+        reserve of the balance for a database round trip each time a lease
         ran out: up to a third of a second on a database loaded by 10,000
-        streams (bench/streams.py, 2026-11-25)."""
-        if b.ahead is not None or b.available >= self.chunk // 2 or self.journal.closed:
+        streams (bench/streams.py, 2026-11-25).  Nothing ahead when the
+        balance is leased per call."""
+        size = self.lease_size(b)
+        if (b.ahead is not None or not size or b.available >= size // 2 or self.journal.closed
+                or self.recalls_stale()):
             return
-        task = b.ahead = asyncio.get_running_loop().create_task(self._lease_ahead(b))
+        self._spawn(b, "ahead", self._lease_ahead(b))
+
+    def _spawn(self, b: _Balance, slot: str, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        setattr(b, slot, task)
         self._ahead.add(task)
         task.add_done_callback(self._ahead.discard)
 
     async def _lease_ahead(self, b: _Balance) -> None:
         try:
-            await asyncio.wait_for(self._lease(b, self.chunk, ahead=True), self.db_timeout)
+            await asyncio.wait_for(self._lease(b, 0, ahead=True), self.db_timeout)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a reserve that needs it leases in the foreground
@@ -194,53 +268,89 @@ class Leases(Processes):
             b.ahead = None
 
     async def wait_ahead(self, b: _Balance) -> None:
-        """A reserve that finds too little waits for the chunk already on
+        """A reserve that finds too little waits for the lease already on
         its way rather than leasing one of its own."""
         task = b.ahead
         if task is not None:
             await asyncio.wait({task})
 
-    async def _lease(self, b: _Balance, amount: int, ahead: bool = False) -> None:
+    async def _lease(self, b: _Balance, amount: int, ahead: bool = False,
+                     wait: bool = True, partial: bool = False) -> None:
         """Lease from the store until `b.available >= amount`, or raise.
-        `ahead` (leasing before anyone needs it): only a whole chunk, and
-        nothing when the store has less; the rest of a balance goes to a
-        call that needs it."""
-        async with b.lock:
-            if b.available >= (self.chunk // 2 if ahead else amount):
-                return
-            need = amount - b.available
-            coll = self.store.db[COLLECTIONS[b.kind]]
-            lease = f"leases.{self.pid}"
-            take = max(need, self.chunk)
-            doc = await coll.find_one_and_update(
-                {"_id": b.id, "quota": {"$gte": take - b.credit}},
-                {"$inc": {"quota": -take, lease: take}}, return_document=True)
-            if doc is None and ahead:
-                return
-            if doc is None:
-                take = 0
-                for _ in range(5):
-                    cur = await coll.find_one({"_id": b.id}, {"quota": 1})
+
+        `ahead` (before anyone needs it): one lease of `lease_size`, and
+        nothing when the store has less.  Otherwise a short balance that
+        other relays hold leases on is recalled and waited for (up to
+        `lease_recall_wait`; `wait=False`: not at all) before QuotaExhausted;
+        a balance being lowered is waited for too (BillingUnavailable if
+        that outlasts twice the wait).  `partial`: when the store has less
+        than needed, take what it has (a charge above its reservation)."""
+        coll = self.store.db[COLLECTIONS[b.kind]]
+        lease = f"leases.{self.pid}"
+        deadline = recalled = None
+        cap = None   # what the store was last seen to have
+        try:
+            while True:
+                async with b.lock:
+                    size = self.lease_size(b)
+                    if b.available >= (size // 2 if ahead else amount):
+                        return
+                    need = amount - b.available
+                    take = size if ahead else max(need, size)
+                    if cap is not None:
+                        take = max(min(take, cap), need)
+                    if take <= 0:
+                        return
+                    doc = await coll.find_one_and_update(
+                        {"_id": b.id, "quota": {"$gte": take - b.credit},
+                         "lowering": {"$exists": False}},
+                        {"$inc": {"quota": -take, lease: take}}, return_document=AFTER)
+                    if doc is not None:
+                        b.held += take
+                        self._learn(b, doc)
+                        return
+                    if ahead:
+                        return
+                    cur = await coll.find_one({"_id": b.id})
                     if cur is None:
                         raise RelayError(401, f"{b.kind} {b.id} no longer exists",
                                          "authentication_error", "invalid_api_key")
-                    q = int(cur.get("quota", 0))
-                    if q + b.credit < need:
-                        raise QuotaExhausted(b.kind)
-                    doc = await coll.find_one_and_update(
-                        {"_id": b.id, "quota": q}, {"$inc": {"quota": -(q + b.credit),
-                                                             lease: q + b.credit}},
-                        return_document=True)
-                    if doc is not None:
-                        take = q + b.credit
-                        break
-                if not take:
+                    self._learn(b, cur)
+                    free = int(cur.get("quota", 0)) + b.credit
+                    lowering = cur.get("lowering")
+                    if not lowering and free >= need and cap != free:
+                        cap = free   # take what is there (at least what is needed)
+                        continue
+                    if partial and not lowering and 0 < free < need and cap != free:
+                        amount, cap = b.available + free, free
+                        continue
+                # Short, or being lowered: wait (with the lock let go, so that
+                # this relay's own give-backs and settles go on).
+                now = time.monotonic()
+                if not wait:
                     raise QuotaExhausted(b.kind)
-            b.held += take
-            self._absorb(b, doc)
+                if lowering:
+                    await self.stale_lowering(b.kind, cur)
+                elif free < need:
+                    if not self._others_hold(cur):
+                        raise QuotaExhausted(b.kind)
+                    if recalled is None:
+                        recalled = await self.request_recall(b)
+                if deadline is None:
+                    deadline = now + self.recall_wait
+                if now >= deadline + (self.recall_wait if lowering else 0):
+                    if lowering:
+                        raise BillingUnavailable("its balance is being changed")
+                    raise QuotaExhausted(b.kind)
+                cap = None
+                await asyncio.sleep(self.tick / 2)
+        finally:
+            if recalled is not None:
+                await self.end_recall(b, recalled)
 
-    def _absorb(self, b: _Balance, doc: dict) -> None:
-        b.shown.keep(doc)
+    def _others_hold(self, doc: dict) -> bool:
+        return any(int(v) > 0 for p, v in (doc.get("leases") or {}).items()
+                   if p not in self.own_ids)
 
     def view_from_doc(self, kind: str, doc: dict) -> tuple[int, int]:
         """(remaining, used) from a document the caller already read."""
@@ -255,24 +365,58 @@ class Leases(Processes):
         b = self._bal.get((kind, ident))
         return None if b is None else b.shown.live()
 
-    async def _release(self, b: _Balance) -> None:
-        """Give this process's unreserved lease on `b` back to `quota`."""
+    # ---- giving back --------------------------------------------------------
+    def give_back_later(self, b: _Balance) -> None:
+        """After a settle on a balance leased per call: give back what the
+        call did not use, off the request path (once at a time: a give-back
+        under way takes whatever is unreserved when it runs)."""
+        if b.giving is None and b.available > 0 and self.direct(b) and not self.journal.closed:
+            self._spawn(b, "giving", self._give_back(b))
+
+    async def _give_back(self, b: _Balance) -> None:
+        try:
+            await asyncio.wait_for(self._release(b), self.db_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the idle release tries again
+            log.warning("giving back on %s %s: %s", b.kind, b.id, exc or type(exc).__name__)
+        finally:
+            b.giving = None
+
+    async def _release(self, b: _Balance, ack: int = 0) -> None:
+        """Give this process's unreserved lease on `b` back to `quota`;
+        with `ack`, also answer recall number `ack` (relay/money/recalls.py;
+        a lease a change counted out while this relay was late to answer is
+        forfeit instead).
+
+        What is given back leaves `held` before the database is asked, so
+        that no reserve can take it meanwhile; if the answer is lost it
+        counts as given (the database may have taken it): at worst it waits
+        in the lease until this process is reclaimed, never spent twice."""
         async with b.lock:
-            give = b.available
+            give = max(b.available, 0)
+            b.held -= give
             coll = self.store.db[COLLECTIONS[b.kind]]
             lease, mark = f"leases.{self.pid}", f"applied.{self.pid}"
+            unmarked = {f"forfeit.{self.pid}": {"$exists": False}}
             doc = None
-            if b.reserved == 0 and not b.shown.holding:
+            if b.reserved == 0 and b.held == 0 and not b.shown.holding:
                 # Nothing of ours is left on this balance: tidy the document.
                 doc = await coll.find_one_and_update(
-                    {"_id": b.id, lease: give}, {"$inc": {"quota": give},
-                                                 "$unset": {lease: "", mark: ""}},
-                    return_document=True)
+                    {"_id": b.id, lease: give, **unmarked},
+                    {"$inc": {"quota": give},
+                     "$unset": {lease: "", mark: "", f"ack.{self.pid}": ""}},
+                    return_document=AFTER)
                 if doc is not None:
                     b.shown.unmarked(self.pid)
-            if doc is None and give:
-                doc = await coll.find_one_and_update(
-                    {"_id": b.id}, {"$inc": {"quota": give, lease: -give}}, return_document=True)
-            b.held -= give
+            if doc is None:
+                update: dict = {"$inc": {"quota": give, lease: -give}} if give else {}
+                if ack:
+                    update["$max"] = {f"ack.{self.pid}": ack}
+                if update:
+                    doc = await coll.find_one_and_update({"_id": b.id, **unmarked}, update,
+                                                         return_document=AFTER)
+                if doc is None:
+                    doc = await self.forfeit_or_return(coll, b, give, ack)
             if doc is not None:
-                self._absorb(b, doc)
+                self._learn(b, doc)

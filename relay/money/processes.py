@@ -105,17 +105,31 @@ class Processes:
             upto = int(dense[-1]["seq"])
         returned = 0
         lease = f"leases.{pid}"
-        for coll in self.collections.values():
-            async for doc in self.store.db[coll].find({lease: {"$exists": True}}, {"leases": 1}):
+        marks = {f"ack.{pid}": "", f"forfeit.{pid}": ""}
+        fields = {"leases": 1, "ack": 1, "forfeit": 1}
+        for kind, coll in self.collections.items():
+            async for doc in self.store.db[coll].find({lease: {"$exists": True}}, fields):
                 for _ in range(5):
                     amount = int((doc.get("leases") or {}).get(pid, 0))
+                    # A change made while it did not answer a recall counted
+                    # its lease out already (relay/money/recalls.py).
+                    mark = int((doc.get("forfeit") or {}).get(pid, 0))
+                    forfeit = mark > int((doc.get("ack") or {}).get(pid, 0))
                     r = await self.store.db[coll].update_one(
                         {"_id": doc["_id"], lease: amount},
-                        {"$inc": {"quota": amount}, "$unset": {lease: ""}})
+                        {"$inc": {"quota": 0 if forfeit else amount},
+                         "$unset": {lease: "", **marks}})
                     if r.matched_count:
-                        returned += amount
+                        if forfeit and amount:
+                            await self.store.db.ledger.insert_one(
+                                {"kind": kind, "subject": doc["_id"], "amount": -amount,
+                                 "reason": "lease forfeit: a change was made before this relay "
+                                           "answered its recall", "created_at": time.time(),
+                                 "proc": pid})
+                        else:
+                            returned += amount
                         break
-                    doc = await self.store.db[coll].find_one({"_id": doc["_id"]}, {"leases": 1})
+                    doc = await self.store.db[coll].find_one({"_id": doc["_id"]}, fields)
                     if doc is None or pid not in (doc.get("leases") or {}):
                         break
         for hook in self.on_reclaim:

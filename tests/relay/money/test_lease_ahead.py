@@ -1,8 +1,8 @@
 """Leasing ahead: once a reserve leaves less than half a lease unreserved,
-the next chunk is leased in the background, so that a steady stream of calls
-never waits for the database on its way in; near the end of a balance the
-background lease takes nothing (a call that needs the rest still gets it, in
-the foreground, as before).  Against the real database server."""
+the next lease is taken in the background, so that a steady stream of calls
+never waits for the database on its way in; near the end of a balance a
+lease is a quarter of what is left (a call that needs the rest still gets
+it, in the foreground).  Against the real database server."""
 import asyncio
 import uuid
 
@@ -93,15 +93,17 @@ def test_a_burst_waits_only_when_the_lease_ahead_is_not_back_yet(mongo_url, tmp_
     run(go())
 
 
-def test_near_the_end_the_lease_ahead_takes_nothing(mongo_url, tmp_path):
+def test_near_the_end_the_lease_ahead_takes_a_quarter_of_what_is_left(mongo_url, tmp_path):
     async def go():
         store = await _store(mongo_url, 14_000)
         b = _billing(store, tmp_path)
         await b.register()
-        res = await b.reserve("a", 1, 1, True, 6000)   # leases 10,000; 4,000 left unreserved
-        await asyncio.sleep(0.2)                         # the lease ahead runs, and finds 4,000
+        res = await b.reserve("a", 1, 1, True, 6000)   # unread yet: leases just 6,000
+        await asyncio.sleep(0.2)                         # the lease ahead runs
         user = await store.db.users.find_one({"_id": 1})
-        assert user["quota"] == 4000, user               # not taken: nobody needs it yet
+        # A quarter of the 14,000 left (this relay alone holds it), not the
+        # chunk of 10,000: the rest stays for whichever relay needs it.
+        assert user["quota"] == 14_000 - 6000 - 3500, user
         # A call that does need it takes the rest in the foreground.
         res2 = await b.reserve("b", 1, 1, True, 8000)
         user = await store.db.users.find_one({"_id": 1})

@@ -1,0 +1,258 @@
+"""Money across relays (README, "Several relays"): three relay processes on
+one database behind a round-robin client, real sockets, the embedded
+database server.
+
+- a balance of 200 calls is served to the last call, whichever relay each
+  call reaches, and not one call more (a key; an account with several
+  keys; streams and plain calls mixed), with the default leases and with
+  small ones that must be recalled;
+- a balance set to 0 on one relay while the two others serve it under
+  load: no call that starts after the change is answered, the balance ends
+  at 0 (never below), and used_quota is the sum of the records;
+- a user at 60 requests a minute gets 60 over three relays, not 180.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import requests
+
+from tests.fakes.mongo_proxy import MongoProxy
+from tests.fakes.openai_upstream import FakeOpenAI
+from tests.helpers import USER_PASSWORD, Api, eventually
+from tests.relay.money.across import (RoundRobin, chat, served_everywhere, settled, start_relays,
+                                      stop_relays)
+from tests.relay.money.money_env import MODEL, PRICE, client
+
+# Small leases: a quarter of what is left split by the relays holding it is
+# at most 20 calls, and below 4 calls' worth every call goes to the database.
+SMALL = ["--lease-chunk", str(20 * PRICE), "--lease-direct-below", str(4 * PRICE)]
+
+
+@pytest.fixture(scope="module")
+def fake():
+    f = FakeOpenAI(record=False).start()
+    yield f
+    f.stop()
+
+
+def _trio(mongo_url, tmp_path_factory, fake, args=()):
+    # The third relay reaches the database through a proxy that can hold a
+    # reply back (a relay slow to hear of a recall).
+    proxy = MongoProxy(mongo_url).start()
+    relays = start_relays(mongo_url, tmp_path_factory.mktemp("trio"), args=args,
+                          extra={2: {"mongo_url": proxy.url}})
+    admin = Api.login(relays[0].url)
+    admin.create_channel(fake.url, [MODEL])
+    admin.set_price(MODEL, input_price=1, output_price=1, call_price=0.001)  # 500 units a call
+    t = {"relays": relays, "admin": admin, "urls": [r.url for r in relays], "proxy": proxy,
+         "db": client(mongo_url)[relays[0].db_name]}
+    _, _, (warm,) = tenant(t, 10 ** 9, [10 ** 9])
+    served_everywhere(relays, warm["key"])   # every relay knows the channel and the price
+    return t
+
+
+@pytest.fixture(scope="module")
+def trio(mongo_url, tmp_path_factory, fake):
+    t = _trio(mongo_url, tmp_path_factory, fake)
+    yield t
+    assert stop_relays(t["relays"]) == [0, 0, 0]
+    t["proxy"].stop()
+
+
+@pytest.fixture(scope="module")
+def trio_small(mongo_url, tmp_path_factory, fake):
+    t = _trio(mongo_url, tmp_path_factory, fake, SMALL)
+    yield t
+    assert stop_relays(t["relays"]) == [0, 0, 0]
+    t["proxy"].stop()
+
+
+def tenant(t, user_quota: int, key_quotas=(), unlimited: bool = False):
+    name = "u" + uuid.uuid4().hex[:8]
+    user = t["admin"].create_user(name, quota=user_quota)
+    api = Api.login(t["urls"][0], name, USER_PASSWORD)
+    keys = [api.create_token(name=f"k{i}", remain_quota=q, unlimited_quota=unlimited,
+                             billing_mode="per_call") for i, q in enumerate(key_quotas)]
+    return user, api, keys
+
+
+def _refusals(calls) -> dict:
+    out: dict = {}
+    for c in calls:
+        if c.status != 200:
+            out[(c.status, c.code)] = out.get((c.status, c.code), 0) + 1
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("leases", ["default", "small"])
+def test_a_key_of_200_calls_serves_200_behind_round_robin(request, leases):
+    t = request.getfixturevalue("trio" if leases == "default" else "trio_small")
+    user, _, (key,) = tenant(t, 80_000_000, [200 * PRICE])
+    calls = RoundRobin(t["urls"], [key["key"]], threads=6).run(260)
+    ok = [c for c in calls if c.status == 200]
+    assert len(ok) == 200, (len(ok), _refusals(calls))
+    assert _refusals(calls) == {(403, "token_quota_exhausted"): 60}
+    assert {c.url for c in ok} == set(t["urls"])
+    b = settled(t["db"], "token", key["id"])
+    assert b["remain"] == 0 and b["used"] == 200 * PRICE == b["records"], b
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("leases", ["default", "small"])
+def test_an_account_of_200_calls_over_three_keys_serves_200(request, leases):
+    t = request.getfixturevalue("trio" if leases == "default" else "trio_small")
+    user, _, keys = tenant(t, 200 * PRICE, [10 ** 9, 10 ** 9])
+    _, _, (free,) = tenant(t, 0, [0], unlimited=True)   # (another account: untouched)
+    api = Api.login(t["urls"][0], user["username"], USER_PASSWORD)
+    keys.append(api.create_token(name="unlimited", unlimited_quota=True, billing_mode="per_call"))
+    calls = RoundRobin(t["urls"], [k["key"] for k in keys], threads=6).run(260)
+    ok = [c for c in calls if c.status == 200]
+    assert len(ok) == 200, (len(ok), _refusals(calls))
+    assert _refusals(calls) == {(403, "user_quota_exhausted"): 60}
+    b = settled(t["db"], "user", user["id"])
+    assert b["remain"] == 0 and b["used"] == 200 * PRICE == b["records"], b
+    assert b["remain"] + b["used"] == b["ledger"], b
+
+
+def _lower_under_load(t, kind: str, ident: int, key: str, change) -> dict:
+    """Load on relays B and C, the change made on A; returns the calls and
+    when the change was sent and answered."""
+    load = RoundRobin(t["urls"][1:], [key], threads=6).start()
+    try:
+        eventually(lambda: len(load.ok()) > 60, timeout=20)
+        sent = time.time()
+        change()
+        answered = time.time()
+        time.sleep(1.5)
+    finally:
+        load.stop()
+    return {"calls": load.calls, "sent": sent, "answered": answered}
+
+
+def _check_lowered(t, kind: str, ident: int, run: dict) -> dict:
+    ok = [c for c in run["calls"] if c.status == 200]
+    after = [c for c in ok if c.sent > run["answered"]]
+    assert not after, (f"{len(after)} call(s) started after the change was answered were "
+                       "served: " + ", ".join(f"{c.url} +{c.sent - run['answered']:.3f}s "
+                                              f"(took {c.done - c.sent:.3f}s)" for c in after))
+    refused = {(c.status, c.code) for c in run["calls"] if c.status != 200}
+    assert refused <= {(403, f"{kind}_quota_exhausted")}, refused
+    b = settled(t["db"], kind, ident)
+    # Calls already running when the change was made finish on what they
+    # reserved (a per-call price: exactly what they cost), so nothing is left.
+    assert b["remain"] == 0, b
+    assert b["used"] == b["records"], b
+    return {"during": sum(run["sent"] <= c.done <= run["answered"] for c in ok),
+            "finished_after": sum(c.done > run["answered"] for c in ok),
+            "took": run["answered"] - run["sent"]}
+
+
+@pytest.mark.slow
+def test_remaining_set_to_zero_on_one_relay_binds_the_others_under_load(trio):
+    t = trio
+    # A key set to 0 on A while B and C serve it.
+    user, api, (key,) = tenant(t, 80_000_000, [50_000_000])
+    served_everywhere(t["relays"], key["key"])
+    run = _lower_under_load(t, "token", key["id"], key["key"], lambda: api.put(
+        "/api/token/", {"id": key["id"], "remain_quota": 0}))
+    figures = _check_lowered(t, "token", key["id"], run)
+    b = settled(t["db"], "token", key["id"])
+    assert b["remain"] + b["used"] == 50_000_000 + b["ledger"], b
+    print("key set to 0:", figures)
+
+    # An account set to 0 on A while B and C serve it (its key has plenty).
+    user, api, (key,) = tenant(t, 80_000_000, [10 ** 9])
+    served_everywhere(t["relays"], key["key"])
+    run = _lower_under_load(t, "user", user["id"], key["key"], lambda: t["admin"].put(
+        "/api/user/", {"id": user["id"], "quota": 0}))
+    figures = _check_lowered(t, "user", user["id"], run)
+    b = settled(t["db"], "user", user["id"])
+    assert b["remain"] + b["used"] == b["ledger"], b
+    print("account set to 0:", figures)
+
+
+@pytest.mark.slow
+def test_a_relay_that_hears_of_the_change_late_cannot_spend_after_it(trio):
+    """The third relay's read of `recalls` is held back 2.5 s just as the key
+    is set to 0: the change goes ahead without its answer after a second.
+    It must not serve a call from its lease after the change is answered
+    (it has not confirmed its leases for too long: its calls wait for a
+    read), and what it held is forfeit, not given back: the key ends at 0
+    and the ledger says where the rest went."""
+    t = trio
+    user, api, (key,) = tenant(t, 80_000_000, [50_000_000])
+    served_everywhere(t["relays"], key["key"])
+
+    def change():
+        t["proxy"].hold_reply("find", "recalls", 2.5)
+        time.sleep(0.3)   # the held read is under way
+        api.put("/api/token/", {"id": key["id"], "remain_quota": 0})
+    run = _lower_under_load(t, "token", key["id"], key["key"], change)
+    assert ("hold", "find", "recalls") in t["proxy"].fired
+    figures = _check_lowered(t, "token", key["id"], run)
+    assert figures["took"] >= 1.0, figures     # it waited for the late relay, then went on
+    b = settled(t["db"], "token", key["id"])
+    assert b["remain"] + b["used"] == 50_000_000 + b["ledger"], b
+    forfeit = [e for e in t["db"].ledger.find({"kind": "token", "subject": key["id"]})
+               if e["reason"].startswith("lease forfeit")]
+    assert len(forfeit) == 1 and forfeit[0]["amount"] < 0, forfeit
+    print("late relay:", figures, "forfeit", forfeit[0]["amount"])
+
+
+@pytest.mark.slow
+def test_a_debit_binds_the_others_and_cannot_overdraw(trio):
+    """An administrator's removal of balance (a negative adjustment, as a
+    top-up reversed) takes what the relays lease back first: refused only
+    when the balance itself is smaller, and never below zero."""
+    t = trio
+    user, api, (key,) = tenant(t, 10_000_000, [10 ** 9])
+    served_everywhere(t["relays"], key["key"])
+    db = t["db"]
+    eventually(lambda: _leased_by_two(db, user["id"], t["relays"]), timeout=10)
+    # Nearly all of it sits in the relays' leases: the debit recalls it.
+    r = t["admin"].post(f"/api/user/{user['id']}/quota", {"amount": -9_000_000,
+                                                           "reason": "reversal"})
+    assert r["success"], r
+    b = settled(db, "user", user["id"])
+    assert b["remain"] == 1_000_000 - b["used"], b
+    r = t["admin"].call("POST", f"/api/user/{user['id']}/quota", expect=409,
+                        json={"amount": -(b["remain"] + 1), "reason": "too much"})
+    assert not r["success"]
+
+
+def _leased_by_two(db, user_id, relays):
+    doc = db.users.find_one({"_id": user_id})
+    assert len([v for v in (doc.get("leases") or {}).values() if int(v) > 0]) >= 2, doc
+
+
+@pytest.mark.slow
+def test_sixty_a_minute_is_sixty_over_three_relays(trio):
+    t = trio
+    user, api, (warm,) = tenant(t, 10 ** 10, [10 ** 9])
+    served_everywhere(t["relays"], warm["key"])
+    key = api.create_token(name="rpm", remain_quota=10 ** 9, rpm_limit=60)
+    if 60 - time.time() % 60 < 20:
+        time.sleep(60 - time.time() % 60 + 0.2)
+    calls = RoundRobin(t["urls"], [key["key"]], threads=9).run(150)
+    assert sum(c.status == 200 for c in calls) == 60, _refusals(calls)
+    assert _refusals(calls) == {(429, "token_rpm_limit"): 90}
+    assert len({c.url for c in calls if c.status == 200}) == 3
+
+
+def test_round_robin_client_spreads_calls(trio):
+    """The client the tests above rely on: calls alternate over the relays
+    and between streams and plain calls."""
+    t = trio
+    user, api, (key,) = tenant(t, 10 ** 9, [10 ** 9])
+    served_everywhere(t["relays"], key["key"])
+    calls = RoundRobin(t["urls"], [key["key"]], threads=1).run(6)
+    assert [c.url for c in calls] == t["urls"] * 2
+    assert [c.stream for c in calls] == [False, True] * 3
+    assert all(c.status == 200 for c in calls)
+    assert chat(t["urls"][0], key["key"], stream=True).status_code == 200
+    assert requests.get(t["urls"][1] + "/v1/models", timeout=10,
+                        headers={"Authorization": f"Bearer {key['key']}"}).status_code == 200
