@@ -6,8 +6,10 @@ relay request.  Subscribers are plain callables (sync, or async functions,
 which are scheduled as tasks).
 
 Topics in use:
-- "balance"        {user_id, quota, used_quota}
+- "balance"        {user_id, quota, used_quota}  (this relay's live view, for the console)
 - "token_balance"  {user_id, token_id, remain_quota, used_quota}
+- "balance_applied" {kind, user_id, token_id, remaining, before}  (the truth, read back
+                   after a flush or a credit: what quota warnings are decided from)
 - "usage"          {user_id, record}
 - "announcement"   {id, title, content, kind: "announcement"|"marketing"}
 """

@@ -1,16 +1,25 @@
 """Threshold rules: turn balance changes into warning events.
 
-Billing publishes "balance" and "token_balance" on the bus after every
-settle and credit, synchronously inside the request.  The handlers here only
-compare numbers against subscriptions cached in memory and remember the last
-balance seen; anything that needs the database (loading subscriptions the
-cache lacks, writing the event) runs in a background task, so a settle never
-waits for notifications.
+A warning is decided from the truth, not from one relay's view of a
+balance: billing's flusher reads back every balance it applied a batch of
+charges to and publishes `balance_applied` on the bus (so does a credit,
+from the document it wrote): what the database holds, plus what other
+relays charged and have not applied yet, which they apply within one
+flush interval (relay/money/leases.py).  So whichever relay applies the
+charge that takes a balance below a threshold sees it fall below, within
+a flush interval of the call, whatever relays the calls went through.
 
-A warning is raised when a balance crosses a threshold downwards: the last
-balance this process saw was at or above it (or none was seen yet) and the
-new one is below.  Events.raise_warning throttles to one per subject in
-any 60 minutes, across all processes.
+The handlers here only compare numbers against subscriptions cached in
+memory and remember the last balance seen; anything that needs the
+database (loading subscriptions the cache lacks, writing the event) runs
+in a background task, so a flush never waits for notifications.
+
+A warning is raised when a balance crosses a threshold downwards: it is
+below now, and it was at or above it just before this change (`before`:
+the balance plus what the change took) or when this process last saw it.
+Events.raise_warning throttles to one per subject in any 60 minutes,
+across all processes: of several relays that see the same crossing, one
+raises it.
 """
 from __future__ import annotations
 
@@ -31,8 +40,7 @@ class Rules:
         self._tasks: set[asyncio.Task] = set()
 
     def attach(self, bus) -> list:
-        return [bus.subscribe("balance", self.on_balance),
-                bus.subscribe("token_balance", self.on_token_balance)]
+        return [bus.subscribe("balance_applied", self.on_applied)]
 
     def _remember(self, key: tuple[str, int], value: int) -> int | None:
         prev = self._last.pop(key, None)
@@ -51,29 +59,25 @@ class Rules:
         if not task.cancelled() and task.exception() is not None:
             log.error("raising a warning failed", exc_info=task.exception())
 
-    # ---- bus handlers (hot path: no I/O) -------------------------------------
-    def on_balance(self, topic: str, data: dict) -> None:
-        user_id, quota = data.get("user_id"), data.get("quota")
-        if user_id is None or quota is None:
+    # ---- bus handler (no I/O) ------------------------------------------------
+    def on_applied(self, topic: str, data: dict) -> None:
+        """`data`: kind ("user" or "token"), user_id, token_id, remaining,
+        before (remaining plus what the change took)."""
+        user_id, remaining = data.get("user_id"), data.get("remaining")
+        token_id = data.get("token_id") if data.get("kind") == "token" else None
+        if user_id is None or remaining is None or (data.get("kind") == "token" and token_id is None):
             return
-        prev = self._remember(("user", user_id), int(quota))
+        new = int(remaining)
+        before = int(data.get("before", new))
+        key = ("token", token_id) if token_id is not None else ("user", user_id)
+        last = self._remember(key, new)
+        prev = before if last is None else max(last, before)
+        etype = "key_quota_warning" if token_id is not None else "user_quota_warning"
         subs = self.subs.cached(user_id)
         if subs is None:
-            self._spawn(self._check_later(user_id, None, prev, int(quota)))
-        elif self._crossed(subs, "user_quota_warning", None, prev, int(quota)):
-            self._spawn(self.events.raise_warning("user_quota_warning", user_id, None, int(quota)))
-
-    def on_token_balance(self, topic: str, data: dict) -> None:
-        user_id, token_id, remain = data.get("user_id"), data.get("token_id"), data.get("remain_quota")
-        if user_id is None or token_id is None or remain is None:
-            return
-        prev = self._remember(("token", token_id), int(remain))
-        subs = self.subs.cached(user_id)
-        if subs is None:
-            self._spawn(self._check_later(user_id, token_id, prev, int(remain)))
-        elif self._crossed(subs, "key_quota_warning", token_id, prev, int(remain)):
-            self._spawn(self.events.raise_warning("key_quota_warning", user_id, token_id,
-                                                  int(remain)))
+            self._spawn(self._check_later(user_id, token_id, prev, new))
+        elif self._crossed(subs, etype, token_id, prev, new):
+            self._spawn(self.events.raise_warning(etype, user_id, token_id, new))
 
     # ---- the rule ------------------------------------------------------------
     @staticmethod

@@ -12,6 +12,10 @@ a debit by credit()) first recalls every relay's lease on it and waits for
 their answers (relay/money/recalls.py), so that no relay spends what was
 taken away; a top-up is a plain $inc.
 
+Warnings.  After each flush the balances it applied are read back and
+published on the bus as `balance_applied` (the truth quota warnings are
+decided from, notify/rules.py); a credit publishes its document the same way.
+
 Shortfall.  No balance goes below zero (or below an account's credit limit):
 a call whose real cost is above what is there is charged what is there, and
 its record says so: `cost` (the full price), `quota` (charged) and `unpaid`.

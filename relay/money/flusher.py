@@ -109,6 +109,11 @@ class Flusher(Leases):
                     {"_id": self.pid}, {"$max": {"applied_upto": self.applied_upto,
                                                  "applied_created": self.applied_created,
                                                  "flushed_at": min(durable, started)}}))
+                try:
+                    await self._db(self._read_back(batch))
+                except (PyMongoError, asyncio.TimeoutError) as exc:
+                    # Applied all the same; the next flush of the balance reads it.
+                    log.warning("reading back applied balances: %s", exc or type(exc).__name__)
             await self._release_idle(release_all)
             return not self.journal.spill.empty
 
@@ -126,6 +131,26 @@ class Flusher(Leases):
             if run is not None:
                 # By sequence number, so a batch applied again changes nothing.
                 run.applied(max(s for s, _ in items), time.monotonic())
+
+    async def _read_back(self, records: list[dict]) -> None:
+        """Read the balances just applied (one find per collection): what
+        this relay sizes its leases by, and the truth its hooks decide
+        warnings from (`on_applied`, given what the batch took from each)."""
+        paid: dict[tuple[str, int], int] = {}
+        for r in records:
+            for kind, ident, leased in subjects_of(r):
+                paid[(kind, ident)] = paid.get((kind, ident), 0) + (
+                    int(r.get("quota") or 0) if leased else 0)
+        for kind, coll in COLLECTIONS.items():
+            ids = [i for k, i in paid if k == kind]
+            if not ids:
+                continue
+            async for doc in self.store.db[coll].find({"_id": {"$in": ids}}):
+                b = self._bal.get((kind, doc["_id"]))
+                if b is not None:
+                    self._learn(b, doc)
+                for fn in self.on_applied:
+                    fn(kind, doc, paid.get((kind, doc["_id"]), 0))
 
     async def _apply_one(self, proc: str, kind: str, ident: int, leased: bool,
                          items: list[tuple[int, int]]) -> int:

@@ -20,8 +20,8 @@ away.  Three rules (relay/money/recalls.py holds the second and third):
   (what is left) / (LEASE_SHARE x the relays holding a lease on it),
   and never more than `lease_chunk`; the next lease is taken in the
   background when half of one is left.  What is left and who holds it come
-  from the last document this relay read of the balance (every lease and
-  give back reads one).  Below `lease_direct_below` units, or before
+  from the last document this relay read of the balance (every lease, give
+  back and flush reads one).  Below `lease_direct_below` units, or before
   this relay has read the balance at all, a relay holds nothing ahead:
   each reserve leases exactly what the call needs (one atomic conditional
   update) and each settle gives back what the call did not use (one more,
@@ -68,7 +68,11 @@ this order and whatever the load:
      only counts used_quota; a record whose lease is gone, see below, is
      paid from `quota`);
   3. notes `applied_upto` and `flushed_at` in the process document;
-  4. returns idle leases (`lease_idle_release` seconds without a call);
+  4. reads the touched documents back (one find per collection): they are
+     the truth every relay's quota warnings are decided from (the database,
+     plus what other relays charged and have not applied yet, which they
+     apply within one interval), and what this relay sizes its leases by;
+  5. returns idle leases (`lease_idle_release` seconds without a call);
 and a guard, every eighth of the interval, moves any record older than one
 interval from memory to the spill file, so a slow or absent database cannot
 keep a record in memory longer than 1.125 intervals.

@@ -364,8 +364,10 @@ def test_warnings_from_real_billing_per_key(root, nrelay, fake):
         assert key_hook["json"]["key_name"] == f"A{tag}"
         assert key_hook["json"]["balance"] == "2000" and key_hook["json"]["threshold"] == "2500"
         user_hook = [h for h in hooks if h["json"]["event_type"] == "user_quota_warning"][0]
-        # The account crossed 997,500 on the third call of all (B once, A twice).
-        assert user_hook["json"]["balance"] == "997000"
+        # The account crossed 997,500 on the third call of all (B once, A twice);
+        # the warning is decided at the flush that applies it, and carries the
+        # real balance then: the fourth call may be in the same flush.
+        assert user_hook["json"]["balance"] in ("997000", "996000")
         # More calls below the threshold within the hour send nothing more.
         client_a.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])
         time.sleep(1.0)

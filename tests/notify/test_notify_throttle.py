@@ -1,7 +1,9 @@
 """Warnings from balance changes: crossing detection, the rolling 60-minute
 throttle (with an injected clock, across an hour boundary) in two notifier
-"processes" sharing one database, and per-key targeting.  The rules are driven through the real Bus, as billing
-drives them, against the embedded MongoDB-compatible server."""
+"processes" sharing one database, and per-key targeting.  The rules are
+driven through the real Bus, as billing's flusher drives them after it
+reads back the balances it applied (`balance_applied`), against the
+embedded MongoDB-compatible server."""
 from __future__ import annotations
 
 import asyncio
@@ -34,10 +36,14 @@ class Proc:
         self.rules.attach(self.bus)
 
     async def settle(self, user_id, quota, token_id=None, remain=None):
-        self.bus.publish("balance", {"user_id": user_id, "quota": quota, "used_quota": 0})
+        """A flush read the balances back (billing's `balance_applied`)."""
+        self.bus.publish("balance_applied", {"kind": "user", "user_id": user_id,
+                                             "token_id": None, "remaining": quota,
+                                             "before": quota})
         if token_id is not None:
-            self.bus.publish("token_balance", {"user_id": user_id, "token_id": token_id,
-                                               "remain_quota": remain, "used_quota": 0})
+            self.bus.publish("balance_applied", {"kind": "token", "user_id": user_id,
+                                                 "token_id": token_id, "remaining": remain,
+                                                 "before": remain})
         await asyncio.sleep(0)
         await self.rules.drain()
 
@@ -257,5 +263,28 @@ def test_unfinished_fan_out_is_recovered(mongo_url):
         assert await p.events.recover() == 0
         out = await store.db.notify_outbox.find({}).to_list(None)
         assert [(o["_id"], o["title"]) for o in out] == [(f"announcement:99|{s['_id']}", "T")]
+        await store.close()
+    asyncio.run(go())
+
+
+def test_a_crossing_seen_first_after_the_change_that_made_it(mongo_url):
+    """A relay that reads a balance for the first time right after its own
+    flush took it below the threshold: `before` says it was above."""
+    async def go():
+        store, vault = await setup(mongo_url)
+        p = Proc(store, vault, Clock())
+        await p.subs.create({"_id": 1}, sub_body())
+        p.bus.publish("balance_applied", {"kind": "user", "user_id": 1, "token_id": None,
+                                          "remaining": 400, "before": 300})
+        await asyncio.sleep(0)
+        await p.rules.drain()
+        assert await count(store) == 0     # it was below before too: no crossing
+        q = Proc(store, vault, Clock())
+        q.bus.publish("balance_applied", {"kind": "user", "user_id": 1, "token_id": None,
+                                          "remaining": 900, "before": 1200})
+        await asyncio.sleep(0)
+        await q.rules.drain()
+        out = await store.db.notify_outbox.find({}).to_list(None)
+        assert [o["vars"]["balance"] for o in out] == [900]
         await store.close()
     asyncio.run(go())

@@ -9,6 +9,8 @@ database server.
 - a balance set to 0 on one relay while the two others serve it under
   load: no call that starts after the change is answered, the balance ends
   at 0 (never below), and used_quota is the sum of the records;
+- a warning crossing made by calls over three relays: one delivery, within
+  a flush interval, carrying the real balance;
 - a user at 60 requests a minute gets 60 over three relays, not 180.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 import requests
 
 from tests.fakes.mongo_proxy import MongoProxy
+from tests.fakes.notify_receivers import NotifyReceivers
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import USER_PASSWORD, Api, eventually
 from tests.relay.money.across import (RoundRobin, chat, served_everywhere, settled, start_relays,
@@ -227,6 +230,48 @@ def test_a_debit_binds_the_others_and_cannot_overdraw(trio):
 def _leased_by_two(db, user_id, relays):
     doc = db.users.find_one({"_id": user_id})
     assert len([v for v in (doc.get("leases") or {}).values() if int(v) > 0]) >= 2, doc
+
+
+@pytest.mark.slow
+def test_a_warning_crossed_over_three_relays_is_sent_once_with_the_real_balance(trio):
+    t = trio
+    hooks = NotifyReceivers().start()
+    try:
+        calls = 30
+        user, api, (key,) = tenant(t, 10_000_000, [5_000_000])
+        # Thresholds crossed by exactly the last call.
+        user_t = 10_000_000 - calls * PRICE + 1
+        key_t = 5_000_000 - calls * PRICE + 1
+        api.post("/api/subscription/", {
+            "name": "low", "event_types": ["user_quota_warning", "key_quota_warning"],
+            "user_threshold": user_t, "key_threshold": key_t, "channel_type": "webhook",
+            "channel_config": {"url": f"{hooks.url}/hook/ok/low"}, "enabled": True})
+        time.sleep(1.0)   # the subscription reaches the other relays' caches
+        done = RoundRobin(t["urls"], [key["key"]], threads=3).run(calls)
+        assert [c.status for c in done] == [200] * calls
+        crossed = max(c.done for c in done)
+
+        def both():
+            got = {r["json"]["event_type"]: r for r in hooks.delivered("webhook", "/hook/ok/low")}
+            assert set(got) == {"user_quota_warning", "key_quota_warning"}, got
+            return got
+        got = eventually(both, timeout=10)
+        time.sleep(2.0)
+        assert len(hooks.delivered("webhook", "/hook/ok/low")) == 2
+        assert int(got["user_quota_warning"]["json"]["balance"]) == 10_000_000 - calls * PRICE
+        assert int(got["key_quota_warning"]["json"]["balance"]) == 5_000_000 - calls * PRICE
+        # When each warning was raised (its event record; the relays run on
+        # this host's clock) and delivered, after the crossing call's answer.
+        raised = {e["type"]: e["created_at"] - crossed for e in t["db"].notify_events.find(
+            {"_id": {"$in": [f"user_quota_warning:{user['id']}",
+                             f"key_quota_warning:{key['id']}"]}})}
+        delivered = {k: r["at"] - crossed for k, r in got.items()}
+        print("warnings raised", raised, "delivered", delivered, "after the crossing")
+        # Raised within one flush interval (0.5 s) of the crossing; the
+        # margin is for a machine shared with other test runs.
+        assert len(raised) == 2 and max(raised.values()) < 0.5 + 0.5, raised
+    finally:
+        hooks.stop()
 
 
 @pytest.mark.slow
