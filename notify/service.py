@@ -24,6 +24,7 @@ from notify.outbox import Worker
 from notify.push_binding import PushBinding
 from notify.rules import Rules
 from notify.subscriptions import Subscriptions
+from relay.catalog import EVERYTHING
 
 log = logging.getLogger("relay.notify")
 
@@ -66,6 +67,8 @@ class Notifier:
     def _catalog_changed(self, kind: str, ident) -> None:
         if kind == SUBSCRIPTION_KIND and isinstance(ident, int):
             self.subs.invalidate(ident)
+        elif kind == EVERYTHING:
+            self.subs.invalidate_all()
 
     # ---- lifecycle -----------------------------------------------------------
     async def start(self) -> None:

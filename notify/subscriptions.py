@@ -75,6 +75,9 @@ class Subscriptions:
     def invalidate(self, user_id: int) -> None:
         self._by_user.pop(user_id, None)
 
+    def invalidate_all(self) -> None:
+        self._by_user.clear()
+
     async def _changed(self, user_id: int) -> None:
         self.invalidate(user_id)
         if self.on_change is not None:

@@ -6,21 +6,38 @@ when one of their rows changes; keys and users are cached per entry.
 
 Invalidation: every management write calls `changed(kind, ident)`.  That drops
 the local entry at once, so the very next request in this process sees the
-change, and appends to the `invalidations` collection, which the other relay
+change, and appends it to the invalidation log, which the other relay
 processes sharing the database poll every `invalidation_poll` seconds.
+
+The log is one document, `invalidations/_id "log"`: a counter `n` and the
+last RING entries, both changed by one atomic update ($inc and $push with
+$slice).  So the database numbers every invalidation, in the order it took
+them; a peer reads the entries after the number it last saw, and no
+writer's clock is involved (relays whose clocks disagree by any amount
+see the same order).  A peer further behind than RING entries (cut off
+for a while, or a burst of changes) drops its whole cache instead.  A
+write that fails is tried again (a few times over about a second); if it
+still fails, `changed` raises CatalogUnavailable (the admin's request
+fails with 503) and the entry is written by the poller as soon as the
+database takes it: an invalidation is never lost, only late.
+
+A cache fill (a key or a user read from the database on a miss) that was
+under way while any change was applied here is used for its request but
+not kept: what it read may be older than the change.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
-import time
 import uuid
 
 from cachetools import TTLCache
 
 from models.records import Channel, Group, Price, Token, User
-from models.store import sort_by_id
+from models.store import PyMongoError, sort_by_id
+from relay.errors import RelayError
 from relay.money import price_catalogue
 from relay.serving.background import cancel_and_wait
 
@@ -31,6 +48,23 @@ _MISSING = object()
 # longer is not a key of this relay, and a client may send up to Tornado's
 # header limit (64 KB) in every request.
 MAX_KEY_LENGTH = 256
+LOG_ID = "log"
+# Entries kept in the log: far more than a relay sees in one poll.
+RING = 256
+# Attempts at writing an entry before the admin's request is failed (about
+# a second in all), after which the poller keeps trying.
+WRITE_ATTEMPTS = 5
+# The kind a listener is given when everything may have changed.
+EVERYTHING = "*"
+
+
+class CatalogUnavailable(RelayError):
+    def __init__(self):
+        super().__init__(503, "The change is saved here, but the other relays could not be told "
+                              "of it (the database did not answer); they will be as soon as it "
+                              "does. Repeating the request is harmless.",
+                         "service_unavailable", "invalidation_not_recorded")
+        self.retry_after = 1
 
 
 class Catalog:
@@ -51,10 +85,8 @@ class Catalog:
         self._token_hash_by_id: dict[int, str] = {}
         self._users: TTLCache = TTLCache(maxsize=100_000, ttl=ttl)
         self._poller: asyncio.Task | None = None
-        self._last_seen = 0.0
-        # Invalidations already applied; the poll re-reads a 2 s overlap to
-        # tolerate clock skew between processes, so it must skip repeats.
-        self._recent: set = set()
+        self._seen = 0          # the log's counter as last read
+        self._unsent: list[str] = []   # entries the database has not taken yet
         self.version = 0  # bumped on every change; lets other caches key on it
         # fn(kind, ident) after every change applied here, local or from a peer:
         # lets caches outside the catalog (notify's subscriptions) ride the
@@ -63,10 +95,11 @@ class Catalog:
 
     # ---- loading -----------------------------------------------------------
     async def load(self) -> None:
+        head = await self.store.db.invalidations.find_one({"_id": LOG_ID}, {"n": 1})
+        self._seen = int((head or {}).get("n") or 0)
         await self.reload_groups()
         await self.reload_prices()
         await self.reload_channels()
-        self._last_seen = time.time()
 
     async def reload_groups(self) -> None:
         self.groups = {d["_id"]: Group.from_doc(d) async for d in self.store.db.groups.find({})}
@@ -106,7 +139,10 @@ class Catalog:
             return hit
         if h in self._no_token:
             return None
+        version = self.version
         doc = await self.store.db.tokens.find_one({"key_hash": h})
+        if version != self.version:   # a change raced the read: used once, not kept
+            return Token.from_doc(doc) if doc else None
         if doc is None:
             self._no_token[h] = True
             return None
@@ -119,9 +155,11 @@ class Catalog:
         hit = self._users.get(user_id, _MISSING)
         if hit is not _MISSING:
             return hit
+        version = self.version
         doc = await self.store.db.users.find_one({"_id": user_id})
         u = User.from_doc(doc) if doc else None
-        self._users[user_id] = u
+        if version == self.version:   # else a change raced the read: not kept
+            self._users[user_id] = u
         return u
 
     def price(self, model: str, group: str, channel: Channel | None = None,
@@ -148,13 +186,34 @@ class Catalog:
 
     # ---- invalidation ------------------------------------------------------
     async def changed(self, kind: str, ident=None) -> None:
-        """Call after any write to a cached kind: token, user, group, price, channel."""
+        """Call after any write to a cached kind: token, user, group, price,
+        channel.  Raises CatalogUnavailable when the other relays could not
+        be told yet (the entry is kept and written when the database answers)."""
         await self._apply(kind, ident)
-        try:
-            await self.store.db.invalidations.insert_one(
-                {"kind": kind, "ident": ident, "ts": time.time(), "origin": self.process_id})
-        except Exception:  # the local cache is right already; peers catch up by TTL
-            log.exception("could not record invalidation")
+        entry = json.dumps([kind, ident, self.process_id], separators=(",", ":"))
+        if self._unsent or not await self._record(entry, WRITE_ATTEMPTS):
+            self._unsent.append(entry)   # in order, behind any still waiting
+            raise CatalogUnavailable()
+
+    async def _record(self, entry: str, attempts: int) -> bool:
+        """Append one entry to the log; False if the database never took it.
+        An attempt whose answer was lost may have been taken: then the
+        entry is in the log twice, and applying it twice is harmless."""
+        delay = 0.05
+        for attempt in range(attempts):
+            try:
+                await self.store.db.invalidations.update_one(
+                    {"_id": LOG_ID},
+                    {"$inc": {"n": 1}, "$push": {"log": {"$each": [entry], "$slice": -RING}}},
+                    upsert=True)
+                return True
+            except PyMongoError as exc:
+                log.warning("recording an invalidation (attempt %d of %d): %s", attempt + 1,
+                            attempts, exc)
+                if attempt + 1 < attempts:
+                    await asyncio.sleep(delay)
+                    delay *= 2
+        return False
 
     async def _apply(self, kind: str, ident) -> None:
         if kind == "token":
@@ -176,6 +235,13 @@ class Catalog:
             await self.reload_prices()
         elif kind == "channel":
             await self.reload_channels()
+        elif kind == EVERYTHING:
+            self._tokens.clear()
+            self._no_token.clear()
+            self._users.clear()
+            await self.reload_groups()
+            await self.reload_prices()
+            await self.reload_channels()
         self.version += 1
         for fn in self.listeners:
             try:
@@ -195,21 +261,41 @@ class Catalog:
         while True:
             await asyncio.sleep(self.poll)
             try:
-                cutoff = self._last_seen
-                docs = await self.store.db.invalidations.find(
-                    {"ts": {"$gt": cutoff - 2.0}}).sort("ts", 1).to_list(1000)
-                for d in docs:
-                    if d.get("origin") == self.process_id or d["ts"] <= cutoff - 2.0:
-                        continue
-                    key = (d["kind"], repr(d.get("ident")), d["ts"])
-                    if key in self._recent:
-                        continue
-                    self._recent.add(key)
-                    await self._apply(d["kind"], d.get("ident"))
-                self._last_seen = time.time()
-                if len(self._recent) > 10_000:
-                    self._recent.clear()
+                await self.poll_once()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("invalidation poll failed")
+
+    async def poll_once(self) -> None:
+        """Write what `changed` could not, then apply the entries peers
+        added since the last poll (one small read when there are none)."""
+        while self._unsent:
+            if not await self._record(self._unsent[0], 1):
+                break
+            self._unsent.pop(0)
+        db = self.store.db
+        head = await db.invalidations.find_one({"_id": LOG_ID}, {"n": 1})
+        n = int((head or {}).get("n") or 0)
+        if n == self._seen:
+            return
+        doc = await db.invalidations.find_one({"_id": LOG_ID}) or {}
+        n = int(doc.get("n") or 0)
+        entries = list(doc.get("log") or [])
+        new = n - self._seen
+        if new < 0 or new > len(entries):
+            log.warning("invalidation log moved %d entries since the last poll (%d kept): "
+                        "dropping every cached entry", new, len(entries))
+            await self._apply(EVERYTHING, None)
+        else:
+            for raw in entries[len(entries) - new:]:
+                try:
+                    kind, ident, origin = json.loads(raw)
+                except (TypeError, ValueError):
+                    log.error("unreadable invalidation entry %r: dropping every cached entry", raw)
+                    await self._apply(EVERYTHING, None)
+                    break
+                if origin != self.process_id:
+                    await self._apply(kind, ident)
+        # Only now: a poll that failed half-way applies them all again.
+        self._seen = n
