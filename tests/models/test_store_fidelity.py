@@ -721,6 +721,96 @@ def test_pruning_shapes(db):
         assert sorted(ids) == ["ip:0", "ip:1"]
         assert (await db.login_failures.delete_many({"_id": {"$in": ids}})).deleted_count == 2
         assert sorted([d["_id"] async for d in db.login_failures.find({})]) == ["ip:2", "ip:3"]
+
+
+def test_lease_freeze_recall_and_forfeit_shapes(db):
+    """relay/money/leases.py and recalls.py: a lease refused while a balance
+    is frozen, a recall numbered by $inc, answers by $max on a dotted field,
+    the change's compare-and-set with forfeit marks, a give-back refused
+    where a mark is, and the marks unset."""
+    async def body(db):
+        u = db.users
+        await u.insert_one({"_id": 3, "quota": 1000, "used_quota": 0,
+                            "leases": {"A": 300, "B": 200}})
+        lease = {"_id": 3, "quota": {"$gte": 100}, "lowering": {"$exists": False}}
+        doc = await u.find_one_and_update(lease, {"$inc": {"quota": -100, "leases.A": 100}},
+                                          return_document=ReturnDocument.AFTER)
+        assert doc["quota"] == 900 and doc["leases"] == {"A": 400, "B": 200}
+        doc = await u.find_one_and_update({"_id": 3, "lowering": {"$exists": False}},
+                                          {"$inc": {"recall": 1}, "$set": {"lowering": "t1"}},
+                                          return_document=ReturnDocument.AFTER)
+        assert doc["recall"] == 1 and doc["lowering"] == "t1"
+        assert await u.find_one_and_update(lease, {"$inc": {"quota": -100}}) is None
+        assert await u.find_one_and_update({"_id": 3, "lowering": {"$exists": False}},
+                                           {"$set": {"lowering": "t2"}}) is None
+        # A answers: gives back 150 and writes the number, in one update.
+        unmarked = {"_id": 3, "forfeit.A": {"$exists": False}}
+        doc = await u.find_one_and_update(
+            unmarked, {"$inc": {"quota": 150, "leases.A": -150}, "$max": {"ack.A": 1}},
+            return_document=ReturnDocument.AFTER)
+        assert doc["quota"] == 1050 and doc["leases"]["A"] == 250 and doc["ack"] == {"A": 1}
+        await u.update_one({"_id": 3}, {"$max": {"ack.A": 0}})
+        assert (await u.find_one({"_id": 3}))["ack"] == {"A": 1}
+        # The change: conditional on the figure read and the freeze; B is late.
+        assert await u.find_one_and_update({"_id": 3, "quota": 999, "lowering": "t1"},
+                                           {"$set": {"quota": 0}}) is None
+        doc = await u.find_one_and_update(
+            {"_id": 3, "quota": 1050, "lowering": "t1"},
+            {"$set": {"quota": 0, "forfeit.B": 1}}, return_document=ReturnDocument.AFTER)
+        assert doc["quota"] == 0 and doc["forfeit"] == {"B": 1}
+        r = await u.update_one({"_id": 3, "lowering": "t1"}, {"$unset": {"lowering": ""}})
+        assert r.modified_count == 1
+        # B's give-back is refused where its mark is; it forfeits instead.
+        assert await u.find_one_and_update({"_id": 3, "forfeit.B": {"$exists": False}},
+                                           {"$inc": {"quota": 200, "leases.B": -200}}) is None
+        doc = await u.find_one_and_update(
+            {"_id": 3, "forfeit.B": 1},
+            {"$inc": {"leases.B": -200}, "$unset": {"forfeit.B": ""}, "$max": {"ack.B": 1}},
+            return_document=ReturnDocument.AFTER)
+        assert doc["quota"] == 0 and doc["leases"] == {"A": 250, "B": 0}
+        assert doc["forfeit"] == {} and doc["ack"] == {"A": 1, "B": 1}
+        # A tidies: lease and marks gone, only if no forfeit mark is there.
+        doc = await u.find_one_and_update(
+            {"_id": 3, "leases.A": 250, "forfeit.A": {"$exists": False}},
+            {"$inc": {"quota": 250}, "$unset": {"leases.A": "", "applied.A": "", "ack.A": ""}},
+            return_document=ReturnDocument.AFTER)
+        assert doc["quota"] == 250 and doc["leases"] == {"B": 0} and doc["ack"] == {"B": 1}
+    case(db, body)
+
+
+def test_recall_documents_and_read_back_shapes(db):
+    """relay/money/recalls.py names each recall in a small collection, read
+    whole and removed one by one; the flusher reads balances back by $in."""
+    async def body(db):
+        await db.recalls.insert_many([{"_id": "user:7:3"}, {"_id": "token:12:1"}])
+        with pytest.raises(DuplicateKeyError):
+            await db.recalls.insert_one({"_id": "user:7:3"})
+        got = sorted(d["_id"] for d in await db.recalls.find({}).limit(1000).to_list(1000))
+        assert got == ["token:12:1", "user:7:3"]
+        assert (await db.recalls.delete_one({"_id": "user:7:3"})).deleted_count == 1
+        assert (await db.recalls.delete_one({"_id": "user:7:3"})).deleted_count == 0
+        await ints(db, 12)
+        got = sorted([d["_id"] async for d in db.c.find({"_id": {"$in": [12, 3, 30, 7]}})])
+        assert got == [3, 7, 12]
+    case(db, body)
+
+
+def test_invalidation_log_shapes(db):
+    """relay/catalog.py: one document, a counter and the last entries, moved
+    by one update ($inc with $push, $each, $slice; upserted the first time);
+    read by a top-level projection, then whole."""
+    async def body(db):
+        c = db.invalidations
+        assert await c.find_one({"_id": "log"}, {"n": 1}) is None
+        for i in range(5):
+            entry = f'["token","h{i}","p"]'
+            await c.update_one({"_id": "log"}, {"$inc": {"n": 1},
+                                                "$push": {"log": {"$each": [entry], "$slice": -3}}},
+                               upsert=True)
+        assert await c.find_one({"_id": "log"}, {"n": 1}) == {"_id": "log", "n": 5}
+        doc = await c.find_one({"_id": "log"})
+        assert doc["n"] == 5
+        assert doc["log"] == ['["token","h2","p"]', '["token","h3","p"]', '["token","h4","p"]']
     case(db, body)
 
 
