@@ -259,6 +259,11 @@ class Billing(Flusher):
         self._spend(record)
         for hook in self.on_record:
             hook(record)
+        # What came back is held here until given back (at once, per call).
+        for kind, ident in ((USER, record["user_id"]), (TOKEN, record.get("token_id"))):
+            b = self._bal.get((kind, ident))
+            if b is not None:
+                self.give_back_later(b)
         self._publish(record["user_id"], record.get("token_id"))
         return True
 

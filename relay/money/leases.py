@@ -238,7 +238,7 @@ class Leases(Recalls, Processes):
         b.shown.keep(doc)
         leases = doc.get("leases") or {}
         b.total = figures(doc)[0]
-        b.holders = len(set(leases) | {self.pid})
+        b.holders = len({p for p, v in leases.items() if int(v) > 0} | {self.pid})
 
     # ---- leasing ------------------------------------------------------------
     def lease_ahead(self, b: _Balance) -> None:
@@ -404,7 +404,8 @@ class Leases(Recalls, Processes):
             lease, mark = f"leases.{self.pid}", f"applied.{self.pid}"
             unmarked = {f"forfeit.{self.pid}": {"$exists": False}}
             doc = None
-            if b.reserved == 0 and b.held == 0 and not b.shown.holding:
+            tidy = b.reserved == 0 and b.held == 0 and not b.shown.holding
+            if tidy:
                 # Nothing of ours is left on this balance: tidy the document.
                 doc = await coll.find_one_and_update(
                     {"_id": b.id, lease: give, **unmarked},
@@ -420,7 +421,9 @@ class Leases(Recalls, Processes):
                 if update:
                     doc = await coll.find_one_and_update({"_id": b.id, **unmarked}, update,
                                                          return_document=AFTER)
-                if doc is None:
+                if doc is None and (update or tidy):
+                    # Refused: a change counted this lease out while this
+                    # relay was late to answer (or, tidying, it holds more).
                     doc = await self.forfeit_or_return(coll, b, give, ack)
             if doc is not None:
                 self._learn(b, doc)

@@ -103,7 +103,7 @@ class Processes:
         if dense:
             await self._apply(dense)
             upto = int(dense[-1]["seq"])
-        returned = 0
+        returned = forfeit_total = 0
         lease = f"leases.{pid}"
         marks = {f"ack.{pid}": "", f"forfeit.{pid}": ""}
         fields = {"leases": 1, "ack": 1, "forfeit": 1}
@@ -121,6 +121,7 @@ class Processes:
                          "$unset": {lease: "", **marks}})
                     if r.matched_count:
                         if forfeit and amount:
+                            forfeit_total += amount
                             await self.store.db.ledger.insert_one(
                                 {"kind": kind, "subject": doc["_id"], "amount": -amount,
                                  "reason": "lease forfeit: a change was made before this relay "
@@ -137,9 +138,11 @@ class Processes:
         await self.store.db.processes.update_one(
             {"_id": pid}, {"$set": {"dead": True, "applied_upto": upto, "reclaimed_at": time.time()}},
             upsert=True)
-        if returned or dense:
-            log.warning("reclaimed process %s: applied %d record(s), returned %d units",
-                        pid, len(dense), returned)
+        if returned or dense or forfeit_total:
+            log.warning("reclaimed process %s: applied %d record(s), returned %d units%s",
+                        pid, len(dense), returned,
+                        f", {forfeit_total} forfeit (a change it did not answer)"
+                        if forfeit_total else "")
         return returned
 
     async def _forget_tombstones(self) -> None:

@@ -96,7 +96,8 @@ class RoundRobin:
             try:
                 r = s.post(c.url + "/v1/chat/completions", json=body, timeout=30,
                            headers={"Authorization": f"Bearer {c.key}"})
-            except requests.RequestException:
+            except requests.RequestException:   # a relay killed under load
+                time.sleep(0.02)
                 continue
             c.done = time.time()
             c.status, c.rid = r.status_code, r.headers.get("X-Request-Id", "")

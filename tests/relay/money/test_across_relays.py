@@ -207,6 +207,53 @@ def test_a_relay_that_hears_of_the_change_late_cannot_spend_after_it(trio):
 
 
 @pytest.mark.slow
+def test_a_lowering_while_a_relay_lies_dead_forfeits_its_lease_at_the_reclaim(
+        mongo_url, tmp_path, fake):
+    """kill -9 of one relay under load, then the key set to 0 on another: the
+    dead relay cannot answer, so the change goes ahead after the wait; when
+    it is reclaimed its lease is forfeit, not given back, and the key ends at
+    exactly 0 with books that balance."""
+    stale = 6.0
+    relays = start_relays(mongo_url, tmp_path, args=["--lease-stale-after", str(stale)])
+    try:
+        admin = Api.login(relays[0].url)
+        admin.create_channel(fake.url, [MODEL])
+        admin.set_price(MODEL, input_price=1, output_price=1, call_price=0.001)
+        t = {"relays": relays, "admin": admin, "urls": [r.url for r in relays],
+             "db": client(mongo_url)[relays[0].db_name]}
+        user, api, (key,) = tenant(t, 80_000_000, [50_000_000])
+        served_everywhere(relays, key["key"])
+        load = RoundRobin(t["urls"], [key["key"]], threads=6).start()
+        try:
+            eventually(lambda: len(load.ok()) > 60, timeout=20)
+            victim = relays[2].billing_pid()
+            relays[2].kill9()
+            time.sleep(0.3)
+            sent = time.time()
+            api.put("/api/token/", {"id": key["id"], "remain_quota": 0})
+            answered = time.time()
+            time.sleep(1.5)
+        finally:
+            load.stop()
+        assert answered - sent >= 1.0   # it waited for the dead relay, then went on
+        served = [c for c in load.ok() if c.sent > answered]
+        assert not served, [(c.url, c.sent - answered) for c in served]
+
+        def reclaimed():
+            assert victim not in (t["db"].tokens.find_one({"_id": key["id"]}).get("leases")
+                                  or {})
+        eventually(reclaimed, timeout=stale + 10, interval=0.5)
+        b = settled(t["db"], "token", key["id"])
+        assert b["remain"] == 0, b
+        assert b["remain"] + b["used"] == 50_000_000 + b["ledger"], b
+        forfeit = [e for e in t["db"].ledger.find({"kind": "token", "subject": key["id"]})
+                   if e["reason"].startswith("lease forfeit")]
+        assert len(forfeit) == 1 and forfeit[0]["proc"] == victim, forfeit
+    finally:
+        assert stop_relays(relays[:2]) == [0, 0]
+
+
+@pytest.mark.slow
 def test_a_debit_binds_the_others_and_cannot_overdraw(trio):
     """An administrator's removal of balance (a negative adjustment, as a
     top-up reversed) takes what the relays lease back first: refused only
