@@ -42,6 +42,18 @@ class Rules:
     def attach(self, bus) -> list:
         return [bus.subscribe("balance_applied", self.on_applied)]
 
+    def watching(self, user_id: int) -> bool:
+        """Whether the account's balances (and its keys') are worth reading
+        back after a flush: it has a quota warning subscription, or its
+        subscriptions are not cached (the read-back then loads them).
+        No I/O: billing asks at every flush."""
+        subs = self.subs.cached(user_id)
+        if subs is None:
+            return True
+        return any(s.get("enabled", True) and ("user_quota_warning" in s.get("event_types", ())
+                                               or "key_quota_warning" in s.get("event_types", ()))
+                   for s in subs)
+
     def _remember(self, key: tuple[str, int], value: int) -> int | None:
         prev = self._last.pop(key, None)
         self._last[key] = value

@@ -59,6 +59,8 @@ class Notifier:
                              send_timeout=config.notify_send_timeout)
         self.events = Events(store, self.subs, clock=clock, on_enqueued=self.worker.wake)
         self.rules = Rules(self.subs, self.events)
+        if billing is not None:   # read back after a flush only what warnings need
+            billing.watched = self.rules.watching
         self.binding = PushBinding(store, config, self.http, clock)
         self.contact = EmailConfirmation(store, vault, self.ctx, clock)
         self._unsub: list = []

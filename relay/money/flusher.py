@@ -1,7 +1,9 @@
 """The billing flusher: each tick stores a bounded batch of usage records,
-applies it to the balances idempotently and returns idle leases; beside it
-a guard moves late records to the spill file and a heartbeat keeps this
-process alive.  relay/money/leases.py explains the design."""
+applies it to the balances idempotently, reads back the balances someone
+watches and returns idle leases; beside it a guard moves late records to
+the spill file, a heartbeat keeps this process alive, and a loop answers
+other relays' recalls every tick (relay/money/recalls.py).
+relay/money/leases.py explains the design."""
 from __future__ import annotations
 
 import asyncio
@@ -133,11 +135,15 @@ class Flusher(Leases):
                 run.applied(max(s for s, _ in items), time.monotonic())
 
     async def _read_back(self, records: list[dict]) -> None:
-        """Read the balances just applied (one find per collection): what
-        this relay sizes its leases by, and the truth its hooks decide
-        warnings from (`on_applied`, given what the batch took from each)."""
+        """Read the balances just applied (one find per collection) that
+        someone watches (`watched`: accounts with quota warnings): the truth
+        the hooks decide warnings from (`on_applied`, given what the batch
+        took from each), and what this relay sizes its leases by."""
         paid: dict[tuple[str, int], int] = {}
+        watched = self.watched
         for r in records:
+            if watched is not None and not watched(r["user_id"]):
+                continue
             for kind, ident, leased in subjects_of(r):
                 paid[(kind, ident)] = paid.get((kind, ident), 0) + (
                     int(r.get("quota") or 0) if leased else 0)

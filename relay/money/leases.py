@@ -196,8 +196,11 @@ class Leases(Recalls, Processes):
         self.on_reclaim = []
         self.on_fence = []
         # fn(kind, doc, paid) for each balance document a flush read back
-        # after applying `paid` units to it (billing publishes the truth).
+        # after applying `paid` units to it (billing publishes the truth),
+        # and which accounts' balances (and their keys') are worth reading
+        # back: fn(user_id) -> bool; None: every one.
         self.on_applied = []
+        self.watched = None
         Recalls.__init__(self)
 
     # ---- in memory ----------------------------------------------------------
