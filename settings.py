@@ -111,8 +111,10 @@ class Settings:
     lease_recall_wait: float = 1.0
     # Seconds a process trusts its cached keys, users, groups, prices and channels.
     cache_ttl: float = 300.0
-    # Seconds between checks for changes made by other relay processes.
-    invalidation_poll: float = 0.5
+    # Seconds between checks for changes made by other relay processes (one read of one small
+    # document when there are none): a disabled key is refused everywhere within about this
+    # plus a database round trip.
+    invalidation_poll: float = 0.25
     # Days usage records are kept (0: forever).
     usage_retention_days: int = 0
     # Days a response made with `store` (the default) is kept for

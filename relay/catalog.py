@@ -68,7 +68,7 @@ class CatalogUnavailable(RelayError):
 
 
 class Catalog:
-    def __init__(self, store, vault, ttl: float = 300.0, poll: float = 0.5):
+    def __init__(self, store, vault, ttl: float = 300.0, poll: float = 0.25):
         self.store = store
         self.vault = vault
         self.poll = poll
