@@ -96,9 +96,10 @@ class Settings:
     # with a large balance a relay then serves thousands of calls from memory per database
     # write, and a small one is never held by one relay while another needs it.
     lease_chunk: int = 2_000_000
-    # Below this many units left ($2), a relay holds nothing of a balance ahead of its calls:
-    # each call reserves from the database and gives back what it did not use (one conditional
-    # update each), so every relay can spend the last unit.  0: always lease.
+    # Below this many units left ($2), while more than one relay runs on the database, a relay
+    # holds nothing of a balance ahead of its calls: each call reserves from the database and
+    # gives back what it did not use (one conditional update each), so every relay can spend
+    # the last unit.  0: always lease.
     lease_direct_below: int = 1_000_000
     # Seconds without a call after which a relay gives a balance's lease back.  A relay short
     # of a balance recalls others' leases at once, so this only tidies; shorter costs a

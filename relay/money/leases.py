@@ -21,12 +21,14 @@ away.  Three rules (relay/money/recalls.py holds the second and third):
   and never more than `lease_chunk`; the next lease is taken in the
   background when half of one is left.  What is left and who holds it come
   from the last document this relay read of the balance (every lease, give
-  back and flush reads one).  Below `lease_direct_below` units, or before
-  this relay has read the balance at all, a relay holds nothing ahead:
-  each reserve leases exactly what the call needs (one atomic conditional
-  update) and each settle gives back what the call did not use (one more,
-  off the request path), so a relay holds only what its running calls
-  reserved.
+  back and flush reads one).  Below `lease_direct_below` units while other
+  relays run (the heartbeat pass counts them), or before this relay has
+  read the balance at all, a relay holds nothing ahead: each reserve
+  leases exactly what the call needs (one atomic conditional update) and
+  each settle gives back what the call did not use (one more, off the
+  request path), so a relay holds only what its running calls reserved.
+  A relay alone on its database keeps leasing (a quarter of what is left):
+  nobody else needs the rest, and one that starts can recall it.
 
   A relay that finds too little asks for it back.  When the balance is
   short and other relays hold leases on it, the reserve raises the
@@ -201,6 +203,7 @@ class Leases(Recalls, Processes):
         # back: fn(user_id) -> bool; None: every one.
         self.on_applied = []
         self.watched = None
+        self.relays = 0   # relays alive on this database, as the last heartbeat pass counted
         Recalls.__init__(self)
 
     # ---- in memory ----------------------------------------------------------
@@ -227,8 +230,9 @@ class Leases(Recalls, Processes):
 
     # ---- how much to hold ---------------------------------------------------
     def direct(self, b: _Balance) -> bool:
-        """True when this relay holds nothing of `b` ahead of its calls."""
-        return b.total is None or b.total + b.credit < self.direct_below
+        """True when this relay holds nothing of `b` ahead of its calls: it
+        has not read the balance yet, or other relays run and little is left."""
+        return b.total is None or (self.relays > 1 and b.total + b.credit < self.direct_below)
 
     def lease_size(self, b: _Balance) -> int:
         """What one lease of `b` may take now (0: lease per call)."""

@@ -69,6 +69,9 @@ class Processes:
         for pid in dead:
             if pid != self.pid:
                 returned += await self.reclaim(pid)
+        # The relays alive now (this one included): leases are taken per
+        # call only where more than one may spend a balance (leases.py).
+        self.relays = await self.store.db.processes.count_documents({"dead": False})
         await self._forget_tombstones()
         return returned
 
