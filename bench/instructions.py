@@ -88,12 +88,13 @@ def measure(tree: str, upstream_url: str, work: str, name: str, args) -> dict:
     os.makedirs(data_dir, exist_ok=True)
     # A fixed hash seed: dict and set probing, and so the count, the same every run.
     # Work done per second rather than per call (polls for changes made
-    # elsewhere; billing's flush tick and its read of recalls, every quarter
-    # of the flush interval) would count more the slower valgrind runs:
-    # polled rarely.
+    # elsewhere; billing's flush tick, a quarter of the flush interval, and
+    # its read of other relays' recalls, a quarter of the recall wait at
+    # most) would count more the slower valgrind runs: polled rarely.
     env = dict(os.environ, RELAY_ADMIN_PASSWORD=ADMIN_PASSWORD, PYTHONUNBUFFERED="1",
                PYTHONHASHSEED="0", RELAY_INVALIDATION_POLL="60", RELAY_NOTIFY_POLL_INTERVAL="60",
-               RELAY_MJ_POLL_INTERVAL="600", RELAY_USAGE_FLUSH_INTERVAL="4")
+               RELAY_MJ_POLL_INTERVAL="600", RELAY_USAGE_FLUSH_INTERVAL="4",
+               RELAY_LEASE_RECALL_WAIT="8")
     env.pop("RELAY_MONGO_URL", None)
     child = procs.Child(name, valgrind + [sys.executable, os.path.join(tree, "server.py"),
                                           "--host", "127.0.0.1", "--port", str(port),

@@ -106,6 +106,9 @@ class Recalls:
 
     # ---- every relay, every tick --------------------------------------------------
     async def _recall_loop(self) -> None:
+        # Every tick, and at least four times within the wait, so that a
+        # relay serving calls is never short of a recent read (recalls_stale).
+        period = min(self.tick, self.recall_wait / 4)
         while True:
             started = time.monotonic()
             try:
@@ -120,7 +123,7 @@ class Recalls:
                 self.recalls_failing = True
             done, self._recalls_done = self._recalls_done, asyncio.Event()
             done.set()
-            await asyncio.sleep(max(self.tick - (time.monotonic() - started), 0))
+            await asyncio.sleep(max(period - (time.monotonic() - started), 0))
 
     def recalls_stale(self) -> bool:
         """True when this relay must read `recalls` before spending a lease."""
