@@ -20,7 +20,9 @@ database" states and writes them to bench/results/relays.json.
   real one;
 - invalidation: a key disabled on one relay (in turn each of the three; the
   third runs 20 s behind, tests/clocked_server.py): seconds until both
-  others refuse it (p50, p100).
+  others refuse it (p50, p100), given up after 10 s (counted as missed; on
+  a tree where an invalidation can be lost it would otherwise wait for the
+  caches' 300 s).
 """
 from __future__ import annotations
 
@@ -111,10 +113,10 @@ def warning(t, hooks) -> dict:
                                             - real[r["json"]["event_type"]] for r in got}}
 
 
-def invalidations(t, n: int) -> dict:
+def invalidations(t, n: int, give_up: float = 10.0) -> dict:
     name = "i" + uuid.uuid4().hex[:8]
     t["admin"].create_user(name, quota=10 ** 12)
-    took = []
+    took, missed = [], 0
     for i in range(n):
         writer = i % 3
         api = Api.login(t["urls"][writer], name, USER_PASSWORD)
@@ -123,13 +125,16 @@ def invalidations(t, n: int) -> dict:
         sent = time.time()
         api.put("/api/token/?status_only=true", {"id": key["id"], "status": 2})
         pending = {u for j, u in enumerate(t["urls"]) if j != writer}
-        while pending:
+        while pending and time.time() - sent < give_up:
             for u in list(pending):
                 if chat(u, key["key"]).status_code == 401:
                     pending.discard(u)
+        if pending:
+            missed += 1
         took.append(time.time() - sent)
+    # A missed one counts as give_up seconds: what it took is at least that.
     return {"count": n, "p50_s": round(statistics.median(took), 3),
-            "p100_s": round(max(took), 3)}
+            "p100_s": round(max(took), 3), f"missed_after_{give_up:g}_s": missed}
 
 
 def main() -> None:
