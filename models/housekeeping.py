@@ -1,8 +1,9 @@
 """Collections of short-lived records, pruned so they do not grow forever.
 
-    invalidations   cache changes for the other relays (relay/catalog.py),
-                    which read them within invalidation_poll seconds: kept
-                    INVALIDATIONS_KEPT (10 minutes)
+    invalidations   documents of one change each, as relays before the log
+                    wrote them: kept INVALIDATIONS_KEPT (10 minutes).  The
+                    log itself (relay/catalog.py) is one document without
+                    `ts`, bounded to its last 256 entries, never pruned here
     login_failures  sign-in counts (handlers/login_throttle.py), forgotten
                     after an hour without a failure anyway
     allowances      the slots of per-hour limits (models/allowance.py),
