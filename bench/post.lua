@@ -1,8 +1,22 @@
 -- wrk script: POST a JSON body to the URL given on the command line.
--- BENCH_BODY is the body, BENCH_KEY (optional) the bearer key.  done()
--- prints one machine-readable line for bench/run.py, after wrk's own report.
+-- BENCH_BODY is the body (or BENCH_BODY_FILE a file holding it: an agent's
+-- 100 KB body is near the limit of one environment string), BENCH_KEY
+-- (optional) the bearer key, BENCH_HEADERS (optional) more headers, one
+-- "Name: value" a line.  done() prints one machine-readable line for
+-- bench/run.py, after wrk's own report.
 wrk.method = "POST"
-wrk.body = os.getenv("BENCH_BODY") or "{}"
+local body_file = os.getenv("BENCH_BODY_FILE")
+if body_file and body_file ~= "" then
+  local f = assert(io.open(body_file, "rb"))
+  wrk.body = f:read("*a")
+  f:close()
+else
+  wrk.body = os.getenv("BENCH_BODY") or "{}"
+end
+for line in string.gmatch(os.getenv("BENCH_HEADERS") or "", "[^\n]+") do
+  local name, value = string.match(line, "^([^:]+):%s*(.*)$")
+  if name then wrk.headers[name] = value end
+end
 wrk.headers["Content-Type"] = "application/json"
 local key = os.getenv("BENCH_KEY")
 if key and key ~= "" then

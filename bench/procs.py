@@ -196,11 +196,14 @@ def have_wrk() -> bool:
 
 
 def wrk(url: str, body: str, key: str = "", connections: int = 20, threads: int = 1,
-        duration: float = 10.0, watch: dict | None = None) -> dict:
+        duration: float = 10.0, watch: dict | None = None, body_file: str = "",
+        headers: dict | None = None) -> dict:
     """One wrk run; returns its figures and the share of one core that each
-    process in `watch` ({name: pid}) used meanwhile."""
+    process in `watch` ({name: pid}) used meanwhile.  `body_file` instead of
+    `body` for bodies too large for the environment; `headers` are sent too."""
     watch = watch or {}
-    env = dict(os.environ, BENCH_BODY=body, BENCH_KEY=key)
+    env = dict(os.environ, BENCH_BODY=body, BENCH_KEY=key, BENCH_BODY_FILE=body_file,
+               BENCH_HEADERS="\n".join(f"{k}: {v}" for k, v in (headers or {}).items()))
     cmd = ["wrk", f"-t{min(threads, connections)}", f"-c{connections}", f"-d{duration:g}s",
            "--latency", "--timeout", "30s", "-s", os.path.join(ROOT, "bench", "post.lua"), url]
     cpu0 = {n: (p, cpu_seconds(p)) for n, p in watch.items()}
