@@ -248,8 +248,9 @@ def main() -> int:
                       f"us  direct {d['cpu_us_per_request']['upstream']:7.0f} us", flush=True)
         table = summarise(seen, body_of, plan)
         if args.profile:
-            table["phases"] = {name: profile(relay.pid, relay_url + rpath, rfile, key,
-                                             headers_for(kind, key), args.connections, work)
+            os.makedirs(RESULTS, exist_ok=True)
+            table["phases"] = {name: profile(name, relay.pid, relay_url + rpath, rfile, key,
+                                             headers_for(kind, key), args.connections)
                                for name, kind, rpath, rfile, *_ in plan}
         table["meta"] = {"when": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                          "tree": os.path.abspath(args.tree), "rounds": args.rounds,
@@ -298,8 +299,10 @@ def render(table: dict) -> None:
             print(f"  {100 * share:5.1f}%  {phase}")
 
 
-def profile(pid: int, url: str, body_file: str, key: str, headers: dict, connections: int,
-            work: str, seconds: float = 6.0) -> list:
+def profile(name: str, pid: int, url: str, body_file: str, key: str, headers: dict,
+            connections: int, seconds: float = 6.0) -> list:
+    """The phase table of the relay under one route's load; the raw stacks stay in
+    bench/results/agents-profile-<route>.txt (`python bench/hotspots.py FILE`)."""
     spy = find_py_spy()
     if spy is None:
         print("py-spy is not installed (pip install -r bench/requirements.txt)", file=sys.stderr)
@@ -310,7 +313,8 @@ def profile(pid: int, url: str, body_file: str, key: str, headers: dict, connect
                              os.path.join(ROOT, "bench", "post.lua"), url], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1)
-    raw = os.path.join(work, "profile.txt")
+    slug = "".join(c if c.isalnum() else "-" for c in name).strip("-")
+    raw = os.path.join(RESULTS, f"agents-profile-{slug}.txt")
     subprocess.run([spy, "record", "--pid", str(pid), "-d", f"{seconds:g}", "-r", "100",
                     "-f", "raw", "-o", raw], capture_output=True, text=True)
     load.wait()
