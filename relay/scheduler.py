@@ -6,6 +6,14 @@ the traffic of weight 1.  A failing channel is not disabled for good: after
 `trip_after` consecutive failures it rests for a cool-down that doubles with
 each further trip (30 s up to 10 min) and then gets traffic again; one
 success resets it.  The health is mirrored to the store for the console.
+
+A burst is one trip: only attempts that began after the last trip, and
+outside a rest, count towards the next.  A burst of concurrent calls that
+all fail together (an upstream's accept backlog overflowing) otherwise
+tripped the breaker once per `trip_after` of them within milliseconds,
+doubling the rest each time (30 s to 8 minutes for one burst); and calls
+sent to a resting channel because every channel rests are not evidence
+that its rest should grow.
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ class Health:
     failures: int = 0
     trips: int = 0
     resting_until: float = 0.0
+    tripped_at: float = 0.0
     last_error: str = ""
 
 
@@ -86,15 +95,22 @@ class Scheduler:
         if h.failures or h.trips:
             h.failures, h.trips, h.resting_until = 0, 0, 0.0
 
-    def failure(self, channel, reason: str) -> None:
+    def failure(self, channel, reason: str, began: float | None = None) -> None:
+        """A failed attempt on `channel` that began at `began` (monotonic;
+        None: now)."""
         h = self._health(channel.id)
-        h.failures += 1
         h.last_error = reason
+        now = time.monotonic()
+        began = now if began is None else began
+        if began < h.tripped_at or began < h.resting_until:
+            return  # part of the burst that tripped it, or sent while it rests
+        h.failures += 1
         if h.failures >= self.trip_after:
             rest = min(self.base_rest * (2 ** h.trips), self.max_rest)
             h.trips += 1
             h.failures = 0
-            h.resting_until = time.monotonic() + rest
+            h.tripped_at = now
+            h.resting_until = now + rest
             log.warning("channel %s (%s) rests %.0fs after repeated failures: %s",
                         channel.id, channel.name, rest, reason)
 

@@ -15,7 +15,9 @@ Handlers give us a Sink to write to; we never touch Tornado objects here.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import time
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -36,6 +38,12 @@ log = logging.getLogger("relay.service")
 
 # Endpoints whose canonical body is a chat request (the Responses face converts).
 CHAT_LIKE = bounds.CHAT_LIKE
+# A connect that failed sent nothing, so trying again is safe: twice on the
+# same channel, after 50 and 100 ms (each +-50%), before the next channel.
+# A burst of new connections past an upstream's accept backlog, or an
+# upstream restarting, clears within that; a dead one costs 150 ms more.
+CONNECT_RETRIES = 2
+CONNECT_BACKOFF = 0.05
 
 
 @dataclass
@@ -247,10 +255,17 @@ class RelayService:
             cancel.drain = (self.settings.stream_drain_seconds,
                             self.settings.stream_drain_mb * 1024 * 1024) \
                 if call.stream and hides_reasoning(call) else None
-            if call.stream:
-                out = await attempt_stream(self.upstream, call, channel, adaptor, sink, face, cancel)
-            else:
-                out = await attempt_plain(self.upstream, call, channel, adaptor, cancel)
+            began = time.monotonic()
+            for again in range(CONNECT_RETRIES + 1):
+                if call.stream:
+                    out = await attempt_stream(self.upstream, call, channel, adaptor, sink, face,
+                                               cancel)
+                else:
+                    out = await attempt_plain(self.upstream, call, channel, adaptor, cancel)
+                if (out.error is None or out.started or cancel.cancelled or again == CONNECT_RETRIES
+                        or out.error.code != "upstream_unreachable"):
+                    break
+                await asyncio.sleep(CONNECT_BACKOFF * 2 ** again * random.uniform(0.5, 1.5))
             out.channel = channel
             if out.error is None:
                 self.scheduler.success(channel)
@@ -258,7 +273,7 @@ class RelayService:
             if out.started or cancel.cancelled or out.error.code == "relay_overloaded":
                 return out  # our own limit: another channel would meet it too
             if out.error.status in (502, 503, 504, 524, 429) or retryable(out.status or 0):
-                self.scheduler.failure(channel, out.error.message)
+                self.scheduler.failure(channel, out.error.message, began)
                 last = out
                 continue
             return out
