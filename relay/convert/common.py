@@ -143,43 +143,26 @@ class RawEvents:
     the client byte for byte (framing, spacing, CRLFs and all)."""
 
     def __init__(self, max_event: int = 16 * 1024 * 1024):
-        self._buf = b""
-        self.max_event = max_event
+        self._split = sse.Splitter(max_event)
 
-    @staticmethod
-    def _boundary(buf: bytes) -> int:
-        """End of the first complete event (after its blank line), or -1."""
-        best = -1
-        for sep in (b"\r\n\r\n", b"\n\n", b"\r\r"):
-            i = buf.find(sep)
-            if i >= 0 and (best < 0 or i + len(sep) < best):
-                best = i + len(sep)
-        return best
-
-    @staticmethod
-    def _parse(raw: bytes) -> "sse.Event | None":
-        p = sse.SSEParser()
-        got = list(p.feed(raw)) + list(p.flush())
-        return got[0] if got else None
-
-    def feed(self, data: bytes) -> list[tuple[bytes, sse.Event]]:
+    def feed(self, data: bytes) -> list[tuple[bytes, "sse.Event | None"]]:
         """Complete events so far as (exact bytes, parsed event); comment-only
         blocks (keepalives) come back with their bytes and event None."""
-        self._buf += data
+        sp = self._split
+        sp.feed(data)
         out = []
         while True:
-            end = self._boundary(self._buf)
-            if end < 0:
-                if len(self._buf) > self.max_event:
-                    raise ValueError("server-sent event larger than the limit")
+            start = sp.pos
+            got = sp.take()
+            if got is None:
                 return out
-            raw, self._buf = self._buf[:end], self._buf[end:]
-            out.append((raw, self._parse(raw)))
+            raw = bytes(memoryview(sp.buf)[start:start + got[1]])
+            out.append((raw, sse.parse_block(raw)))
 
-    def flush(self) -> list[tuple[bytes, sse.Event]]:
+    def flush(self) -> list[tuple[bytes, "sse.Event | None"]]:
         """What is left when the stream ends without a final blank line."""
-        raw, self._buf = self._buf, b""
-        return [(raw, self._parse(raw))] if raw.strip() else []
+        raw = self._split.rest()
+        return [(raw, sse.parse_block(raw))] if raw.strip() else []
 
 
 def unreadable_is_value_error(fn, *args):

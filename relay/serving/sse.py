@@ -23,43 +23,95 @@ class Event:
         return json.loads(self.data)
 
 
+class Splitter:
+    """Finds where each event ends in a growing byte stream, scanning every
+    byte once: each separator's next place is remembered (or that it is
+    absent up to the end scanned so far), so a stream whose events echo 30
+    KB of instructions and tools, or a chunk holding a hundred small events,
+    costs its own length and not that times the number of events.  The
+    buffer is compacted once a feed, not once an event."""
+
+    SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
+
+    def __init__(self, max_event: int = 16 * 1024 * 1024):
+        self.buf = bytearray()
+        self.pos = 0  # start of the first event not yet taken
+        self.max_event = max_event
+        # per separator: its next index at or after pos, or -(end scanned + 1)
+        self._next = [-1] * len(self.SEPARATORS)
+
+    def feed(self, chunk: bytes) -> None:
+        if self.pos:
+            del self.buf[:self.pos]
+            self._next = [n - self.pos if n >= self.pos else -1 if n >= 0
+                          else min(-1, n + self.pos) for n in self._next]
+            self.pos = 0
+        self.buf += chunk
+
+    def take(self) -> tuple[int, int] | None:
+        """(end of the event's text, end past its blank line) of the next
+        complete event, relative to `pos`, and moves past it; None when no
+        event is complete yet."""
+        best, size = -1, 0
+        buf, pos = self.buf, self.pos
+        for k, sep in enumerate(self.SEPARATORS):
+            n = self._next[k]
+            if n < pos:
+                # absent up to -(n + 1): look again from a little before that
+                start = max(pos, -n - 1 - len(sep) + 1) if n < 0 else pos
+                n = buf.find(sep, start)
+                self._next[k] = n if n >= 0 else -(len(buf) + 1)
+            if n >= 0 and (best < 0 or n < best):
+                best, size = n, len(sep)
+        if best < 0:
+            if len(buf) - pos > self.max_event:
+                raise ValueError("server-sent event larger than the limit")
+            return None
+        self.pos = best + size
+        return best - pos, best + size - pos
+
+    def rest(self) -> bytes:
+        out = bytes(memoryview(self.buf)[self.pos:])
+        self.buf, self.pos, self._next = bytearray(), 0, [-1] * len(self.SEPARATORS)
+        return out
+
+
 class SSEParser:
     def __init__(self, max_event: int = 16 * 1024 * 1024):
-        self._buf = b""
-        self.max_event = max_event
+        self._split = Splitter(max_event)
+
+    @property
+    def max_event(self) -> int:
+        return self._split.max_event
+
+    @max_event.setter
+    def max_event(self, value: int) -> None:
+        self._split.max_event = value
 
     def feed(self, chunk: bytes) -> Iterator[Event]:
-        self._buf += chunk
+        sp = self._split
+        sp.feed(chunk)
         while True:
-            idx, sep = _find_boundary(self._buf)
-            if idx < 0:
-                if len(self._buf) > self.max_event:
-                    raise ValueError("server-sent event larger than the limit")
+            start = sp.pos
+            got = sp.take()
+            if got is None:
                 return
-            raw, self._buf = self._buf[:idx], self._buf[idx + sep:]
-            ev = _parse_block(raw)
+            ev = parse_block(bytes(memoryview(sp.buf)[start:start + got[0]]))
             if ev is not None:
                 yield ev
 
     def flush(self) -> Iterator[Event]:
         """Events left when the stream ends without a final blank line."""
-        raw, self._buf = self._buf, b""
+        raw = self._split.rest()
         if raw.strip():
-            ev = _parse_block(raw)
+            ev = parse_block(raw)
             if ev is not None:
                 yield ev
 
 
-def _find_boundary(buf: bytes) -> tuple[int, int]:
-    best, size = -1, 0
-    for sep in (b"\r\n\r\n", b"\n\n", b"\r\r"):
-        i = buf.find(sep)
-        if i >= 0 and (best < 0 or i < best):
-            best, size = i, len(sep)
-    return best, size
-
-
-def _parse_block(raw: bytes) -> Event | None:
+def parse_block(raw: bytes) -> Event | None:
+    """One event from its bytes (its blank line may follow); None for a
+    block of comments only (a keepalive)."""
     data, event, ident = [], "", ""
     for line in raw.decode("utf-8", errors="replace").splitlines():
         if not line or line.startswith(":"):

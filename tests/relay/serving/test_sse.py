@@ -1,0 +1,98 @@
+"""relay/serving/sse.py's splitter: whatever way a stream is cut into chunks,
+the events found, and their exact bytes, are those of the whole stream read
+at once (a reference that finds each event's end by searching the whole
+remaining buffer for every separator, as the splitter did before it learnt
+to scan each byte once)."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relay.convert.common import RawEvents
+from relay.serving import sse
+
+SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
+
+
+def reference(stream: bytes) -> tuple[list[bytes], bytes]:
+    """Each event's bytes up to and including its blank line, and the rest."""
+    out = []
+    while True:
+        best = -1
+        for sep in SEPARATORS:
+            i = stream.find(sep)
+            if i >= 0 and (best < 0 or i + len(sep) < best):
+                best = i + len(sep)
+        if best < 0:
+            return out, stream
+        out.append(stream[:best])
+        stream = stream[best:]
+
+
+line = st.sampled_from([b"data: {\"a\":1}", b"data: x", b"event: response.completed", b": ping",
+                        b"id: 7", b"data: " + b"y" * 300, b"data:", b""])
+ending = st.sampled_from([b"\n", b"\r\n", b"\r"])
+blocks = st.lists(st.tuples(st.lists(st.tuples(line, ending), max_size=4), st.sampled_from(
+    [b"\n", b"\r\n", b"\r", b""])), max_size=12)
+
+
+def _stream(parts) -> bytes:
+    return b"".join(b"".join(t + e for t, e in lines) + end for lines, end in parts)
+
+
+def _cuts(data: bytes, points: list[int]) -> list[bytes]:
+    points = sorted({p % (len(data) + 1) for p in points}) if data else []
+    out, last = [], 0
+    for p in points + [len(data)]:
+        out.append(data[last:p])
+        last = p
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(blocks, st.lists(st.integers(0, 10_000), max_size=20))
+def test_raw_events_match_the_whole_stream_however_it_is_cut(parts, points):
+    data = _stream(parts)
+    want, rest = reference(data)
+    raw = RawEvents()
+    got = []
+    for chunk in _cuts(data, points):
+        got += [b for b, _ in raw.feed(chunk)]
+    assert got == want
+    left = raw.flush()
+    assert [b for b, _ in left] == ([rest] if rest.strip() else [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(blocks, st.lists(st.integers(0, 10_000), max_size=20))
+def test_parsed_events_match_the_whole_stream_however_it_is_cut(parts, points):
+    data = _stream(parts)
+    want, rest = reference(data)
+    expect = [e for e in (sse.parse_block(b) for b in want + ([rest] if rest.strip() else []))
+              if e is not None]
+    p = sse.SSEParser()
+    got = []
+    for chunk in _cuts(data, points):
+        got += list(p.feed(chunk))
+    got += list(p.flush())
+    assert got == expect
+
+
+def test_a_large_event_in_many_pieces_is_one_event():
+    big = b"event: response.created\ndata: {\"instructions\": \"" + b"x" * 40_000 + b"\"}\n\n"
+    raw = RawEvents()
+    got = []
+    for i in range(0, len(big), 1000):
+        got += raw.feed(big[i:i + 1000])
+    assert [b for b, _ in got] == [big]
+    assert got[0][1].event == "response.created"
+
+
+def test_an_event_over_the_limit_is_refused():
+    raw = RawEvents(max_event=1000)
+    raw.feed(b"data: " + b"x" * 900)
+    try:
+        raw.feed(b"x" * 200)
+    except ValueError:
+        return
+    raise AssertionError("an unfinished event past max_event was kept")
