@@ -20,7 +20,7 @@ from relay.convert.common import new_id
 from relay.convert.responses import items_of
 from relay.errors import RelayError, bad_request
 from relay.faces.responses import continue_from, render
-from relay.serving import redact
+from relay.serving import jsonin, redact
 
 
 def not_found(rid: str, param: str | None = None) -> RelayError:
@@ -169,7 +169,7 @@ class StoredResponses:
         adaptor = registry.adaptor_for(channel.type)
         if not getattr(adaptor, "speaks_responses", lambda _c: False)(channel):
             return None
-        body = json.dumps(dict(doc, model=channel.upstream_model(model))).encode()
+        body = jsonin.dumps(dict(doc, model=channel.upstream_model(model)))
         headers = dict(adaptor.headers(channel), **{"Content-Type": "application/json"})
         resp = await self.upstream.send("POST", adaptor.responses_url(
             channel, "/responses/input_tokens"), headers, body, first_byte_timeout=30)
@@ -215,13 +215,13 @@ def _stored_item(item: dict) -> dict:
 
 
 def _dumps(doc) -> bytes:
-    return json.dumps(doc, ensure_ascii=False).encode()
+    return jsonin.dumps(doc)
 
 
 def _renamed(body: bytes, rec: dict) -> bytes:
     """The upstream's Response with the public model name."""
     try:
-        doc = json.loads(body)
+        doc = jsonin.loads_answer(body)
     except ValueError:
         return body
     if isinstance(doc, dict) and "model" in doc and rec.get("model"):

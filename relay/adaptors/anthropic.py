@@ -16,7 +16,6 @@ converted calls that name none (Anthropic requires one; default 4096);
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from relay.money import tokenizer
@@ -26,13 +25,14 @@ from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import EventsToChunks
 from relay.convert.common import RawEvents, renamed, unreadable_is_value_error
 from relay.money.pricing import Usage
+from relay.serving import jsonin
 
 DEFAULT_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 
 
 def _dumps(doc: dict) -> bytes:
-    return json.dumps(doc, ensure_ascii=False).encode()
+    return jsonin.dumps(doc)
 
 
 class AnthropicStream(StreamReader):
@@ -64,7 +64,7 @@ class AnthropicStream(StreamReader):
             data = None
             if ev is not None:
                 try:
-                    data = json.loads(ev.data)
+                    data = jsonin.loads_answer(ev.data)
                 except ValueError:
                     pass
             if self.passthrough:
@@ -118,7 +118,7 @@ class AnthropicAdaptor(Adaptor):
         if call.upstream_model == call.model and call.raw:
             return call.raw
         out = renamed(call.raw, call.model, call.upstream_model,
-                      lambda b: json.loads(b).get("model") == call.upstream_model)
+                      lambda b: jsonin.loads_answer(b).get("model") == call.upstream_model)
         return out or _dumps(dict(call.native_body, model=call.upstream_model))
 
     def request(self, call: Call, channel) -> UpstreamRequest:
@@ -143,7 +143,7 @@ class AnthropicAdaptor(Adaptor):
         return AnthropicStream(call, passthrough=call.face == self.native)
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
-        doc = json.loads(body)
+        doc = jsonin.loads_answer(body)
         if not isinstance(doc, dict):
             raise ValueError("the answer is not a JSON object")
         out = conv.message_to_openai(doc, call.model), conv.usage_from(doc.get("usage"))
@@ -152,5 +152,5 @@ class AnthropicAdaptor(Adaptor):
             if call.upstream_model != call.model:
                 call.extra["native_raw"] = renamed(
                     body, call.upstream_model, call.model,
-                    lambda b: json.loads(b).get("model") == call.model)
+                    lambda b: jsonin.loads_answer(b).get("model") == call.model)
         return out

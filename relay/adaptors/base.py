@@ -20,7 +20,6 @@ Lifecycle of one call, all methods called on the IOLoop, none may block:
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 from relay.convert.responses_tools import DROPPABLE
 from relay.errors import RelayError, bad_request
 from relay.money.pricing import Usage
-from relay.serving import redact
+from relay.serving import jsonin, redact
 
 
 @dataclass
@@ -208,7 +207,7 @@ def upstream_message(body: bytes) -> str:
 
 def _message(body: bytes) -> str:
     try:
-        doc = json.loads(body)
+        doc = jsonin.loads_answer(body)
     except ValueError:
         return body[:300].decode(errors="replace").strip()
     if isinstance(doc, list) and doc:
@@ -228,7 +227,7 @@ def upstream_kind(body: bytes) -> str | None:
     """The vendor's name for the failure (OpenAI's code or type, Anthropic's
     type, Gemini's status), when it sent one that reads as a name."""
     try:
-        doc = json.loads(body)
+        doc = jsonin.loads_answer(body)
     except ValueError:
         return None
     if isinstance(doc, list) and doc:

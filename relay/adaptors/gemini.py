@@ -9,7 +9,6 @@ v1beta); `max_output_tokens` caps the output limit of converted calls.
 """
 from __future__ import annotations
 
-import json
 from urllib.parse import quote
 
 from relay.adaptors.base import (Adaptor, Call, Chunk, StreamReader, UpstreamRequest,
@@ -20,6 +19,7 @@ from relay.convert.common import RawEvents, unreadable_is_value_error
 from relay.convert.gemini_stream import StreamToChunks
 from relay.errors import RelayError
 from relay.money.pricing import Usage
+from relay.serving import jsonin
 
 
 class GeminiStream(StreamReader):
@@ -37,7 +37,7 @@ class GeminiStream(StreamReader):
         out = []
         for raw, ev in events:
             try:
-                doc = json.loads(ev.data) if ev is not None else None
+                doc = jsonin.loads_answer(ev.data) if ev is not None else None
             except ValueError:
                 doc = None
             if isinstance(doc, dict) and doc.get("candidates"):
@@ -99,14 +99,14 @@ class GeminiAdaptor(Adaptor):
         if native and call.raw and (call.endpoint == "chat" or call.upstream_model == call.model):
             data = call.raw  # the client's own bytes (a chat body names no model)
         else:
-            data = json.dumps(body, ensure_ascii=False).encode()
+            data = jsonin.dumps(body)
         return UpstreamRequest("POST", url, headers, data)
 
     def stream(self, call: Call) -> StreamReader:
         return GeminiStream(call, passthrough=call.face == self.native)
 
     def parse(self, call: Call, body: bytes) -> tuple[dict, Usage | None]:
-        doc = json.loads(body)
+        doc = jsonin.loads_answer(body)
         if not isinstance(doc, dict):
             raise ValueError("the answer is not a JSON object")
         if call.endpoint == "embeddings":

@@ -57,7 +57,7 @@ def transcript_usage(call: Call, body: bytes) -> tuple[dict, Usage | None]:
     the call is then billed once, per call.
     """
     try:
-        doc = json.loads(body)
+        doc = jsonin.loads_answer(body)
     except ValueError:
         doc = None
     if not isinstance(doc, dict):
@@ -195,7 +195,7 @@ class OpenAIStream(StreamReader):
                 out.append(Chunk(None, raw))
                 continue
             try:
-                doc = json.loads(ev.data)
+                doc = jsonin.loads_answer(ev.data)
             except ValueError:
                 continue
             if doc.get("usage"):
@@ -317,8 +317,7 @@ class OpenAIAdaptor(Adaptor):
         else:  # a chat call (OpenAI's or converted) to a Responses-only channel
             body = limit_converted(call.body, call.upstream_model, channel.options,
                                    converted=call.face != self.native)
-            data = json.dumps(rconv.request_from_chat(body, call.upstream_model),
-                              ensure_ascii=False).encode()
+            data = jsonin.dumps(rconv.request_from_chat(body, call.upstream_model))
         path = "/responses/compact" if call.endpoint == "responses_compact" else "/responses"
         return UpstreamRequest("POST", self.responses_url(channel, path), headers, data)
 

@@ -13,7 +13,6 @@ response.completed / .incomplete / .failed and the response id.
 """
 from __future__ import annotations
 
-import json
 
 from relay.adaptors.base import Call, Chunk, StreamReader
 from relay.convert import responses as conv
@@ -22,6 +21,7 @@ from relay.serving import sse
 from relay.convert.common import RawEvents, unreadable_is_value_error
 from relay.convert.responses_stream import LIFECYCLE, EventsToChunks
 from relay.money.pricing import Usage
+from relay.serving import jsonin
 
 WIRES = ("both", "responses", "chat")
 # Client headers that belong to the Responses wire and mean the same upstream.
@@ -41,7 +41,7 @@ def upstream_body(call: Call) -> bytes:
     if doc is None and call.upstream_model == call.model and call.raw:
         return call.raw
     doc = dict(doc if doc is not None else call.native_body, model=call.upstream_model)
-    return json.dumps(doc, ensure_ascii=False).encode()
+    return jsonin.dumps(doc)
 
 
 def _event_kind(raw: bytes) -> bytes:
@@ -81,7 +81,7 @@ class ResponsesStream(StreamReader):
                 out.append(Chunk(None, raw))
                 continue
             try:
-                data = json.loads(ev.data)
+                data = jsonin.loads_answer(ev.data)
             except ValueError:
                 if self.passthrough:
                     out.append(Chunk(None, raw))
@@ -101,7 +101,7 @@ class ResponsesStream(StreamReader):
     def text(self) -> str:
         for data in self._deltas:
             try:
-                self.conv.feed(json.loads(data))
+                self.conv.feed(jsonin.loads_answer(data))
             except ValueError:
                 pass
         self._deltas.clear()
@@ -115,7 +115,7 @@ class ResponsesStream(StreamReader):
 
 
 def parse_passthrough(call: Call, body: bytes) -> tuple[dict, Usage | None]:
-    doc = json.loads(body)
+    doc = jsonin.loads_answer(body)
     if not isinstance(doc, dict):
         raise ValueError("the answer is not a JSON object")
     call.extra["native_answer"] = doc
@@ -124,7 +124,7 @@ def parse_passthrough(call: Call, body: bytes) -> tuple[dict, Usage | None]:
 
 def parse_for_chat(call: Call, body: bytes) -> tuple[dict, Usage | None]:
     """A Responses-only channel's whole answer to a chat call."""
-    doc = json.loads(body)
+    doc = jsonin.loads_answer(body)
     if not isinstance(doc, dict):
         raise ValueError("the answer is not a JSON object")
     return upstream.response_to_chat(doc, call.model), conv.billed_usage(doc)

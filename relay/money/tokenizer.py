@@ -14,10 +14,11 @@ on the event loop hand it to a thread (is_long()).
 from __future__ import annotations
 
 import asyncio
-import json
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
+
+from relay.serving import jsonin
 
 # OpenAI's chat format adds a few tokens per message and for the reply primer.
 _PER_MESSAGE = 3
@@ -101,7 +102,7 @@ def _content_text(content: Any) -> tuple[str, int]:
             elif kind in ("image_url", "image", "input_image"):
                 extra += 765  # OpenAI's cost of a high-detail 512px tile set
             else:
-                texts.append(json.dumps(part, ensure_ascii=False))
+                texts.append(_json(part))
     return "\n".join(texts), extra
 
 
@@ -114,9 +115,13 @@ def count_messages(messages: list, model: str = "", tools: Any = None) -> int:
         text, extra = _content_text(msg.get("content"))
         total += count_text(text, model) + extra
         if msg.get("tool_calls"):
-            total += count_text(json.dumps(msg["tool_calls"], ensure_ascii=False), model)
+            total += count_text(_json(msg["tool_calls"]), model)
         if msg.get("name"):
             total += 1
     if tools:
-        total += count_text(json.dumps(tools, ensure_ascii=False), model)
+        total += count_text(_json(tools), model)
     return total
+
+
+def _json(value: Any) -> str:
+    return jsonin.dumps(value, held=False).decode("utf-8", "replace")

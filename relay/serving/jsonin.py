@@ -207,13 +207,16 @@ def passed_on(raw: bytes, doc: Any) -> bytes:
 
 
 def loads_answer(body: bytes | str) -> Any:
-    """An upstream's JSON answer, read as the json module reads it (what
-    orjson would refuse or round, NaN or a long integer, goes to json)."""
-    if orjson is not None and isinstance(body, bytes) and not _long_int(body.translate(_SHAPES)):
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass
+    """An upstream's JSON answer (or one event's data), read as the json
+    module reads it (what orjson would refuse or round, NaN or a long
+    integer, goes to json)."""
+    if orjson is not None:
+        data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+        if not _long_int(data.translate(_SHAPES)):
+            try:
+                return orjson.loads(data)
+            except orjson.JSONDecodeError:
+                pass
     return json.loads(body)
 
 
