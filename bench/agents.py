@@ -2,7 +2,7 @@
 
     python bench/agents.py [--rounds 3] [--duration 5] [--connections 10]
                            [--profile] [--routes messages,responses]
-                           [--stream | --no-stream] [--tree DIR]
+                           [--stream | --no-stream] [--tree DIR [--tree DIR2]]
 
 bench/run.py measures a 100-byte chat; a coding agent sends 60-150 KB
 (bench/agent_bodies.py: a Claude Code body of about 100 KB, a Codex body of
@@ -34,7 +34,8 @@ per answered call (they hold still on a shared machine; req/s does not):
 --profile samples the relay with py-spy (100 Hz) under each route and
 prints where the time goes by phase (parse the client's body, estimate
 the reservation, convert, encode, scan the stream, ...).  --tree runs the
-server.py of another checkout (A/B with the same fakes and bodies).
+server.py of another checkout; given twice or more, an A/B: each tree's
+relay is loaded in turn, route by route, with the same fakes and bodies.
 Writes bench/results/agents.json.
 """
 from __future__ import annotations
@@ -185,11 +186,14 @@ def main() -> int:
     ap.add_argument("--routes", default="", help="only routes whose name holds one of these "
                                                  "comma-separated words")
     ap.add_argument("--profile", action="store_true", help="py-spy phase table per route")
-    ap.add_argument("--tree", default=ROOT, help="the checkout whose server.py runs")
+    ap.add_argument("--tree", action="append", default=[],
+                    help="a checkout whose server.py runs (repeat for an A/B: each gets a relay "
+                         "of its own, loaded in turn); default: this one")
     args = ap.parse_args()
     if not procs.have_wrk():
         print("wrk is not installed: `apt-get install wrk`.", file=sys.stderr)
         return 2
+    trees = [os.path.abspath(t) for t in args.tree] or [ROOT]
     routes = [r for r in ROUTES if not args.routes
               or any(w.strip() in r[0] for w in args.routes.split(","))]
     work = tempfile.mkdtemp(prefix="relay-agents-")
@@ -202,68 +206,93 @@ def main() -> int:
                                       stderr=fakes._log, text=True)
         children.append(fakes)
         urls = json.loads(fakes.proc.stdout.readline())
-        relay, relay_url = procs.start_relay(work, ADMIN_PASSWORD, os.path.abspath(args.tree))
-        children.append(relay)
-        admin = Api.login(relay_url, "root", ADMIN_PASSWORD)
-        user = admin.create_user("agentbench", password="bench-password", quota=10 ** 13)
-        me = Api.login(relay_url, "agentbench", "bench-password")
-        key = me.create_token("bench", remain_quota=10 ** 12)["key"]
         body_of = bodies(args.stream)
-        plan = []  # (route name, kind, relay path, body file, direct url, direct path, direct file)
+        relays = []  # (tree, child, url, key)
+        for n, tree in enumerate(trees):
+            child, url = procs.start_relay(work, ADMIN_PASSWORD, tree, name=f"relay{n}")
+            children.append(child)
+            relays.append((tree, child, url, setup(url, urls, routes)))
+        plan = []  # (route name, kind, relay path, relay body file, direct url, path, file)
         for i, (name, kind, ctype, upstream_model, options) in enumerate(routes):
             public = f"bench-{i}-{ctype}"
-            admin.create_channel(urls[ctype], [public], name=public, type=ctype,
-                                 key="upstream-key", model_mapping={public: upstream_model},
-                                 options=options)
-            admin.set_price(public, **PRICE)
             dtype, dmodel = DIRECT[kind]
-            relay_file = write(work, f"relay-{i}", with_model(kind, body_of[kind], public))
-            direct_file = write(work, f"direct-{i}", with_model(kind, body_of[kind], dmodel))
-            plan.append((name, kind, path_for(kind, public, args.stream), relay_file,
-                         urls[dtype], path_for(kind, dmodel, args.stream), direct_file))
-        for name, kind, rpath, rfile, durl, dpath, dfile in plan:
-            check(relay_url, rpath, rfile, key, headers_for(kind, key))
-            check(durl, dpath, dfile, "upstream-key", headers_for(kind, "upstream-key"))
-        watch = {"relay": relay.pid, "upstream": fakes.pid}
-        for name, kind, rpath, rfile, durl, dpath, dfile in plan:  # warm-up
-            procs.wrk(relay_url + rpath, "", key, args.connections, duration=2,
-                      body_file=rfile, headers=headers_for(kind, key))
-        seen: dict = {name: {"relay": [], "direct": []} for name, *_ in plan}
+            plan.append((name, kind, path_for(kind, public, args.stream),
+                         write(work, f"relay-{i}", with_model(kind, body_of[kind], public)),
+                         urls[dtype], path_for(kind, dmodel, args.stream),
+                         write(work, f"direct-{i}", with_model(kind, body_of[kind], dmodel))))
+        for _, _, url, key in relays:
+            for name, kind, rpath, rfile, durl, dpath, dfile in plan:
+                check(url, rpath, rfile, key, headers_for(kind, key))
+                check(durl, dpath, dfile, "upstream-key", headers_for(kind, "upstream-key"))
+                procs.wrk(url + rpath, "", key, args.connections, duration=2,  # warm-up
+                          body_file=rfile, headers=headers_for(kind, key))
+        seen: dict = {tree: {name: {"relay": [], "direct": []} for name, *_ in plan}
+                      for tree in trees}
         print(f"load average at start: {os.getloadavg()}", flush=True)
         for n in range(args.rounds):
             for name, kind, rpath, rfile, durl, dpath, dfile in plan:
-                d = procs.wrk(durl + dpath, "", "upstream-key", args.connections,
-                              duration=args.duration, watch=watch, body_file=dfile,
-                              headers=headers_for(kind, "upstream-key"))
-                r = procs.wrk(relay_url + rpath, "", key, args.connections,
-                              duration=args.duration, watch=watch, body_file=rfile,
-                              headers=headers_for(kind, key))
-                for what, run in (("direct", d), ("relay", r)):
-                    if run["non_2xx"] or run["socket_errors"]:
-                        raise RuntimeError(f"{name} {what}: {run['non_2xx']} non-2xx, "
-                                           f"{run['socket_errors']}")
-                seen[name]["direct"].append(d)
-                seen[name]["relay"].append(r)
-                print(f"  round {n + 1} {name:26s} relay {r['cpu_us_per_request']['relay']:7.0f} "
-                      f"us  direct {d['cpu_us_per_request']['upstream']:7.0f} us", flush=True)
-        table = summarise(seen, body_of, plan)
+                for tree, child, url, key in relays:
+                    # Each relay's run beside a direct run of its own, back to
+                    # back: the ratio is taken within one stretch of load.
+                    watch = {"relay": child.pid, "upstream": fakes.pid}
+                    d = procs.wrk(durl + dpath, "", "upstream-key", args.connections,
+                                  duration=args.duration, watch=watch, body_file=dfile,
+                                  headers=headers_for(kind, "upstream-key"))
+                    r = procs.wrk(url + rpath, "", key, args.connections,
+                                  duration=args.duration, watch=watch, body_file=rfile,
+                                  headers=headers_for(kind, key))
+                    for what, run in (("direct", d), ("relay", r)):
+                        if run["non_2xx"] or run["socket_errors"]:
+                            raise RuntimeError(f"{name} {what}: {run['non_2xx']} non-2xx, "
+                                               f"{run['socket_errors']}")
+                    seen[tree][name]["direct"].append(d)
+                    seen[tree][name]["relay"].append(r)
+                    print(f"  round {n + 1} {name:26s} {tree[-24:]:>24s} relay "
+                          f"{r['cpu_us_per_request']['relay']:7.0f} us  direct "
+                          f"{d['cpu_us_per_request']['upstream']:7.0f} us", flush=True)
+        table = {"trees": {tree: summarise(seen[tree], body_of, plan) for tree in trees}}
         if args.profile:
             os.makedirs(RESULTS, exist_ok=True)
-            table["phases"] = {name: profile(name, relay.pid, relay_url + rpath, rfile, key,
-                                             headers_for(kind, key), args.connections)
-                               for name, kind, rpath, rfile, *_ in plan}
+            for tree, child, url, key in relays:
+                table["trees"][tree]["phases"] = {
+                    name: profile(name, child.pid, url + rpath, rfile, key,
+                                  headers_for(kind, key), args.connections)
+                    for name, kind, rpath, rfile, *_ in plan}
         table["meta"] = {"when": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                         "tree": os.path.abspath(args.tree), "rounds": args.rounds,
-                         "duration": args.duration, "connections": args.connections,
-                         "stream": args.stream, "loadavg_at_end": os.getloadavg(),
-                         "machine": procs.machine()}
-        render(table)
+                         "rounds": args.rounds, "duration": args.duration,
+                         "connections": args.connections, "stream": args.stream,
+                         "loadavg_at_end": os.getloadavg(), "machine": procs.machine()}
+        for tree, t in table["trees"].items():
+            print(f"\n== {tree}")
+            render(t)
+        if len(trees) > 1:
+            base = table["trees"][trees[0]]["routes"]
+            for tree in trees[1:]:
+                print(f"\nrelay CPU per call, {tree} against {trees[0]}:")
+                for name, r in table["trees"][tree]["routes"].items():
+                    print(f"  {name:26s} {100 * (r['relay_us'] / base[name]['relay_us'] - 1):+6.1f}%"
+                          f"   ratio {base[name]['ratio']:.2f} -> {r['ratio']:.2f}")
         os.makedirs(RESULTS, exist_ok=True)
         with open(os.path.join(RESULTS, "agents.json"), "w") as f:
             json.dump(table, f, indent=1)
         return 0
     finally:
         procs.tear_down(reversed(children), work)
+
+
+def setup(url: str, fake_urls: dict, routes: list) -> str:
+    """A channel, a price and a key per route on one relay; returns the key."""
+    admin = Api.login(url, "root", ADMIN_PASSWORD)
+    admin.create_user("agentbench", password="bench-password", quota=10 ** 13)
+    me = Api.login(url, "agentbench", "bench-password")
+    key = me.create_token("bench", remain_quota=10 ** 12)["key"]
+    for i, (name, kind, ctype, upstream_model, options) in enumerate(routes):
+        public = f"bench-{i}-{ctype}"
+        admin.create_channel(fake_urls[ctype], [public], name=public, type=ctype,
+                             key="upstream-key", model_mapping={public: upstream_model},
+                             options=options)
+        admin.set_price(public, **PRICE)
+    return key
 
 
 def summarise(seen: dict, body_of: dict, plan: list) -> dict:

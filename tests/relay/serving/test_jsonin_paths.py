@@ -132,3 +132,36 @@ def test_the_shape_checks_find_what_the_regexes_find(raw):
 def test_a_run_of_300_digits_is_a_big_float():
     shape = (b"1" * 300).translate(jsonin._SHAPES)
     assert jsonin._big_float(shape) and not jsonin._big_float(shape[:299])
+
+
+@pytest.mark.parametrize("depth", [1, 2, 62, 63, 64, 65, 66, 100])
+@pytest.mark.parametrize("shape", ["list", "dict", "mixed"])
+def test_many_brackets_at_and_past_the_depth_limit(depth, shape):
+    """An agent's body has hundreds of brackets, so the bracket count cannot
+    settle it: orjson's document is walked for its depth, and kept only if
+    the walk agrees with the json path (the same document, or the same
+    refusal naming the same field)."""
+    def nest(d):
+        v = 0
+        for i in range(d - 1):  # the top object below is level 1
+            v = [v] if shape == "list" or (shape == "mixed" and i % 2) else {"k": v}
+        return v
+    doc = {"tools": [{"type": "function", "parameters": {}} for _ in range(80)],
+           "deep": nest(depth)}
+    raw = json.dumps(doc).encode()
+    assert raw.count(b"[") + raw.count(b"{") > jsonin.MAX_DEPTH
+    fast, slow = _fast(raw), _slow(raw)
+    assert fast == slow
+    assert fast[0] == ("ok" if depth <= jsonin.MAX_DEPTH else "refused"), fast
+
+
+def test_the_fast_path_keeps_orjsons_document_for_a_deep_but_allowed_body():
+    raw = json.dumps({"tools": [{"a": [[[]]]} for _ in range(100)]}).encode()
+    calls = []
+    saved = json.loads
+    json.loads = lambda *a, **k: calls.append(1) or saved(*a, **k)
+    try:
+        jsonin.parse(raw)
+    finally:
+        json.loads = saved
+    assert not calls  # the json module was not needed
