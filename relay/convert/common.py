@@ -119,11 +119,30 @@ def renamed(raw: bytes, old: str, new: str, check: Callable[[bytes], bool]) -> b
     nothing else).  `check(result)` confirms the member was the right one;
     None when it was not, or there is none: the caller re-encodes."""
     pattern = rb'("model"\s*:\s*)' + re.escape(json.dumps(old).encode())
-    out, n = re.subn(pattern, lambda m: m.group(1) + json.dumps(new).encode(), raw, count=1)
+    m = re.search(pattern, raw)
+    if m is None:
+        return None
+    out = raw[:m.start()] + m.group(1) + json.dumps(new).encode() + raw[m.end():]
+    if _top_level_at(raw, m.start()):
+        return out  # the body's own member: no need to parse 100 KB to be sure
     try:
-        return out if n == 1 and check(out) else None
+        return out if check(out) else None
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _top_level_at(raw: bytes, i: int) -> bool:
+    """Whether raw[i] stands directly inside the outermost object (a cheap
+    look at what precedes it; the body's "model" leads in what every SDK
+    writes).  False when unsure, long or not: the caller then checks."""
+    head = raw[:i]
+    if len(head) > 4096 or not head.lstrip().startswith(b"{"):
+        return False
+    bare = _STRING.sub(b"", head)
+    return (bare.count(b"{") + bare.count(b"[") - bare.count(b"}") - bare.count(b"]")) == 1
 
 
 def sse_payload(raw: bytes) -> bytes:

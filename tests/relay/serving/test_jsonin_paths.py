@@ -165,3 +165,13 @@ def test_the_fast_path_keeps_orjsons_document_for_a_deep_but_allowed_body():
     finally:
         json.loads = saved
     assert not calls  # the json module was not needed
+
+
+@pytest.mark.parametrize("text", ["\\ud83d\\ude00", "\\u4f60\\u597d \\ud83e\\udd16", "\\ud800",
+                                  "\\udc00", "x\\ud800\\u0041", "\\ude00\\ud83d"])
+def test_surrogate_escapes_go_the_fast_way_and_agree(text):
+    """Python clients escape every emoji as a surrogate pair (json.dumps'
+    ensure_ascii): such bodies stay on orjson's path; a lone one is refused
+    by both paths alike."""
+    raw = ('{"model": "m", "messages": [{"role": "user", "content": "%s"}]}' % text).encode()
+    assert _fast(raw) == _slow(raw)
