@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import errno
 import gc
+import logging
+import os
+import time
 
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
+
+log = logging.getLogger("relay")
 
 
 # glibc's mallopt parameter number for M_MMAP_THRESHOLD (malloc.h).
@@ -108,6 +114,7 @@ def add_accept_handler(sock, callback, batch: int = ACCEPT_BATCH):
     callable that stops accepting."""
     io_loop = IOLoop.current()
     removed = [False]
+    keep_spare_descriptor()
 
     def accept_handler(fd, events: int) -> None:
         for _ in range(batch):
@@ -119,7 +126,24 @@ def add_accept_handler(sock, callback, batch: int = ACCEPT_BATCH):
                 return
             except ConnectionAbortedError:  # closed while in the queue
                 continue
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                    raise
+                # Out of descriptors: the socket stays readable, and a loop
+                # that leaves it so spins.  Turn one away, with the spare.
+                if not _refuse_one(sock):
+                    pause()
+                return
             callback(connection, address)
+
+    def pause() -> None:
+        if not removed[0]:
+            io_loop.remove_handler(sock)
+            io_loop.call_later(ACCEPT_PAUSE, resume)
+
+    def resume() -> None:
+        if not removed[0]:
+            io_loop.add_handler(sock, accept_handler, IOLoop.READ)
 
     def remove_handler() -> None:
         io_loop.remove_handler(sock)
@@ -127,6 +151,74 @@ def add_accept_handler(sock, callback, batch: int = ACCEPT_BATCH):
 
     io_loop.add_handler(sock, accept_handler, IOLoop.READ)
     return remove_handler
+
+
+# Out of descriptors: what a connection we cannot serve is told, and how
+# long accepting pauses when not even the spare descriptor is left.
+_REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s")
+_REFUSAL_BODY = (b'{"error": {"message": "The relay has no file descriptor left for another '
+                 b'connection; retry shortly.", "type": "server_error", "code": "relay_overloaded"}}')
+ACCEPT_PAUSE = 0.1
+_spare: list = []
+_warned = [0.0]
+
+
+def keep_spare_descriptor() -> None:
+    """Hold one descriptor in reserve (the classic remedy for EMFILE at
+    accept): given up to accept, answer and close one connection."""
+    if not _spare:
+        try:
+            _spare.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+
+
+def _refuse_one(sock) -> bool:
+    """Accept one waiting connection with the spare descriptor, tell it 503
+    and close it.  False when there was no spare to do it with."""
+    if not _spare:
+        keep_spare_descriptor()
+        if not _spare:
+            return False
+    os.close(_spare.pop())
+    try:
+        conn, _ = sock.accept()
+    except OSError:
+        conn = None
+    if conn is not None:
+        try:
+            conn.setblocking(False)
+            conn.send(_REFUSAL % (len(_REFUSAL_BODY), _REFUSAL_BODY))
+        except OSError:
+            pass
+        conn.close()
+    keep_spare_descriptor()
+    now = time.monotonic()
+    if now - _warned[0] > 60:
+        _warned[0] = now
+        log.warning("out of file descriptors (limit %s): new connections are answered 503; "
+                    "raise the limit (LimitNOFILE, ulimit -n): an HTTP/1.1 stream holds two",
+                    _nofile())
+    return True
+
+
+def out_of_descriptors() -> bool:
+    """Whether this process has no descriptor left to open (a cheap probe,
+    made only after something failed to open one)."""
+    try:
+        os.close(os.open(os.devnull, os.O_RDONLY))
+    except OSError as exc:
+        return exc.errno in (errno.EMFILE, errno.ENFILE)
+    return False
+
+
+def _nofile() -> int:
+    try:
+        import resource
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, ValueError, OSError):
+        return 0
 
 
 def raise_open_file_limit() -> int:

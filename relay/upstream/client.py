@@ -36,6 +36,7 @@ from tornado.httputil import HTTPHeaders
 from tornado.ioloop import PeriodicCallback
 
 from relay.errors import RelayError
+from relay.serving.process import out_of_descriptors
 from relay.upstream.cancel import Cancel
 from relay.upstream.curl_client import CurlClient
 from relay.upstream.gate import Gate, busy
@@ -44,7 +45,7 @@ from relay.upstream.transfer import Transfer
 log = logging.getLogger("relay.upstream")
 
 # libcurl error codes we tell apart
-_COULDNT_RESOLVE, _COULDNT_CONNECT, _TIMEOUT, _ABORTED = 6, 7, 28, 42
+_COULDNT_RESOLVE, _COULDNT_CONNECT, _OUT_OF_MEMORY, _TIMEOUT, _ABORTED = 6, 7, 27, 28, 42
 # Seconds of each loop turn the streams' sockets may take (chunks read,
 # rewritten and written to their clients); what is left waits for the next
 # turn, in the kernel's buffers, after new requests and plain calls.
@@ -337,6 +338,13 @@ class Upstream:
                                   "upstream_connect_timeout")
             return RelayError(504, "The upstream did not answer in time.", "upstream_error",
                               "upstream_timeout")
+        if code in (_COULDNT_CONNECT, _COULDNT_RESOLVE, _OUT_OF_MEMORY) and out_of_descriptors():
+            # libcurl says "could not connect" (or "out of memory") when it
+            # could not even open a socket: our limit, not the upstream's.
+            err = RelayError(503, "The relay has no file descriptor left for another upstream "
+                                  "connection; retry shortly.", "server_error", "relay_overloaded")
+            err.retry_after = 1
+            return err
         if code in (_COULDNT_CONNECT, _COULDNT_RESOLVE):
             return RelayError(502, "Could not connect to the upstream.", "upstream_error",
                               "upstream_unreachable")
