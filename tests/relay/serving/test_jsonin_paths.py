@@ -175,3 +175,59 @@ def test_surrogate_escapes_go_the_fast_way_and_agree(text):
     by both paths alike."""
     raw = ('{"model": "m", "messages": [{"role": "user", "content": "%s"}]}' % text).encode()
     assert _fast(raw) == _slow(raw)
+
+
+# Runs of 19 digits in text (nanosecond times, snowflake ids, a device id of
+# zeros in Claude Code's metadata) beside integer tokens of every length and
+# sign, in every position a token may take: both paths read them alike, and
+# a run that is only text keeps orjson's path.
+_RUN_PIECES = st.lists(st.sampled_from([
+    b'"t":', b'"0000000000000000000"', b'"x1234567890123456789"', b'"a-12345678901234567890"',
+    b'"pi 3.14159265358979323846"', b"9223372036854775807", b"9223372036854775808",
+    b"-9223372036854775809", b"18446744073709551616", b"1234567890123456789012345",
+    b"0.00000000000000000001", b"1.5e10", b"7", b"-3"]), min_size=1, max_size=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_RUN_PIECES)
+def test_digit_runs_in_text_and_in_numbers_read_alike(pieces):
+    values = [p for p in pieces if p != b'"t":']
+    if not values:
+        return
+    raw = b'{"v":[' + b", ".join(values) + b'],"s":' + values[0] + b"}"
+    fast, slow = _fast(raw), _slow(raw)
+    assert fast[0] == slow[0]
+    if fast[0] == "ok":
+        assert _same(fast[1], slow[1]) and repr(fast[1]) == repr(slow[1])
+    else:
+        assert fast == slow
+
+
+def test_a_digit_run_inside_a_string_keeps_orjsons_path():
+    raw = json.dumps({"metadata": {"user_id": json.dumps({"device_id": "0" * 64})},
+                      "messages": [{"role": "user", "content": "at 1732623456789012345 ns"}],
+                      "tools": [{"a": [[[]]]} for _ in range(100)]}).encode()
+    calls = []
+    saved = json.loads
+    json.loads = lambda *a, **k: calls.append(1) or saved(*a, **k)
+    try:
+        assert jsonin.parse(raw)["metadata"]["user_id"].count("0") == 64
+    finally:
+        json.loads = saved
+    assert not calls
+
+
+@pytest.mark.parametrize("raw", [b"18446744073709551616", b"-9223372036854775809",
+                                 b"9223372036854775808", b"1234567890123456789", b"[1e19]"])
+def test_a_lone_long_number_reads_alike(raw):
+    assert _fast(raw) == _slow(raw) or _same(_fast(raw)[1], _slow(raw)[1])
+
+
+@pytest.mark.parametrize("number", [b"1e400", b"-1e400", b"1e-400", b"1" * 300, b"1" * 400 + b".5",
+                                    b"0." + b"0" * 350 + b"1", b"1e0000000000000000001",
+                                    b"2.2250738585072011e-308", b"1.7976931348623157e308"])
+def test_extreme_numbers_read_alike_on_either_path(number):
+    raw = b'{"tools":[' + b",".join([b'{"a":[[]]}'] * 40) + b'],"n":' + number + b"}"
+    fast, slow = _fast(raw), _slow(raw)
+    assert fast[0] == slow[0], (fast, slow)
+    assert fast == slow or repr(fast[1]) == repr(slow[1])
