@@ -17,10 +17,9 @@ failing, and maps thinking to `reasoning_effort` and back.
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from relay.convert.common import canonical_effort, effort_from_budget
+from relay.convert.common import canonical_effort, dumps, effort_from_budget
 from relay.errors import bad_request
 
 ROLES = ("user", "assistant", "system")
@@ -233,7 +232,7 @@ def tool_call(block: dict) -> dict:
     """A tool_use block -> an OpenAI tool call."""
     return {"id": block.get("id", ""), "type": "function",
             "function": {"name": block.get("name", ""),
-                         "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False)}}
+                         "arguments": dumps(block.get("input") or {})}}
 
 
 def _assistant_message(content: Any) -> dict | None:

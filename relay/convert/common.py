@@ -7,7 +7,7 @@ import secrets
 import time
 from typing import Any, Callable
 
-from relay.serving import sse
+from relay.serving import jsonin, sse
 from relay.errors import bad_request
 
 
@@ -110,7 +110,10 @@ def split_data_url(url: str) -> tuple[str, str] | None:
 
 
 def dumps(doc: Any) -> str:
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON text, for a value that travels inside a string (tool
+    arguments, a tool's output): orjson's, as every body we write; an
+    agent's history holds a thousand of them."""
+    return jsonin.dumps(doc, held=False).decode()
 
 
 def renamed(raw: bytes, old: str, new: str, check: Callable[[bytes], bool]) -> bytes | None:

@@ -7,11 +7,10 @@ here and results are matched back by name.
 """
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-from relay.convert.common import new_id, parse_args, split_data_url, text_of
+from relay.convert.common import dumps, new_id, parse_args, split_data_url, text_of
 from relay.convert.gemini_config import (effort_from_thinking, schema_from_openai,  # noqa: F401
                                          schema_to_openai, thinking_config,
                                          uses_thought_signatures)
@@ -95,7 +94,7 @@ def request_to_openai(doc: dict, model: str) -> dict:
                 pending.setdefault(fc.get("name", ""), []).append(cid)
                 calls.append({"id": cid, "type": "function", "function": {
                     "name": fc.get("name", ""),
-                    "arguments": json.dumps(fc.get("args") or {}, ensure_ascii=False)}})
+                    "arguments": dumps(fc.get("args") or {})}})
             elif "functionResponse" in p or "function_response" in p:
                 fr = p.get("functionResponse") or p.get("function_response") or {}
                 name = fr.get("name", "")
@@ -104,7 +103,7 @@ def request_to_openai(doc: dict, model: str) -> dict:
                 if fr.get("id") and fr["id"] in queue:
                     queue.remove(fr["id"])
                 results.append({"role": "tool", "tool_call_id": cid,
-                                "content": json.dumps(fr.get("response") or {}, ensure_ascii=False)})
+                                "content": dumps(fr.get("response") or {})})
             elif "text" in p and not p.get("thought"):
                 parts.append({"type": "text", "text": p.get("text") or ""})
             else:
@@ -296,8 +295,7 @@ def response_to_openai(resp: dict, model: str) -> dict:
                 fc = p["functionCall"]
                 calls.append({"id": fc.get("id") or new_id("call_"), "type": "function",
                               "function": {"name": fc.get("name", ""),
-                                           "arguments": json.dumps(fc.get("args") or {},
-                                                                   ensure_ascii=False)}})
+                                           "arguments": dumps(fc.get("args") or {})}})
             elif p.get("thought"):
                 thoughts.append(p.get("text", ""))
             elif "text" in p:

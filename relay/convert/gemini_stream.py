@@ -6,9 +6,8 @@ running total repeated on the chunks and final on the last one.
 """
 from __future__ import annotations
 
-import json
 
-from relay.convert.common import chunk, error_chunk, new_id, parse_args, usage_chunk
+from relay.convert.common import chunk, dumps, error_chunk, new_id, parse_args, usage_chunk
 from relay.convert.gemini import FINISH_TO_GEMINI, finish_from, usage_from, usage_meta
 from relay.money.pricing import Usage
 
@@ -45,7 +44,7 @@ class StreamToChunks:
             for p in (cand.get("content") or {}).get("parts") or ():
                 if "functionCall" in p:
                     fc = p["functionCall"]
-                    args = json.dumps(fc.get("args") or {}, ensure_ascii=False)
+                    args = dumps(fc.get("args") or {})
                     self.text_parts += [fc.get("name", ""), args]
                     out.append(chunk(self.id, self.model, {"tool_calls": [{
                         "index": self.calls, "id": fc.get("id") or new_id("call_"),

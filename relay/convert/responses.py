@@ -15,12 +15,11 @@ speaks Responses takes the client's body as it is).  Tools, custom
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from typing import Any
 
 from relay.convert import openai_usage
-from relay.convert.common import new_id, text_of
+from relay.convert.common import dumps, new_id, text_of
 from relay.convert.responses_tools import (ToolNames, call_item, call_to_chat, tool_choice_to_chat,
                                            tools_to_chat, validate_tool)
 from relay.errors import bad_request
@@ -210,7 +209,7 @@ def _tool_output(output: Any) -> str:
     if isinstance(output, list):
         return "".join(str(p.get("text", "")) for p in output
                        if isinstance(p, dict) and p.get("type") in ("input_text", "output_text"))
-    return json.dumps(output, ensure_ascii=False)
+    return dumps(output)
 
 
 def _messages(items: list, problems: list) -> list[dict]:

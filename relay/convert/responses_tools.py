@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from relay.convert.common import new_id
+from relay.convert.common import dumps, new_id
 from relay.errors import bad_request
 
 # Tools a client may send (openai-python's ToolParam).
@@ -156,7 +156,7 @@ def call_to_chat(item: dict) -> dict:
     if item.get("namespace"):
         name = f"{item['namespace']}{NS_SEP}{name}"
     if item.get("type") == "custom_tool_call":
-        arguments = json.dumps({"input": item.get("input") or ""}, ensure_ascii=False)
+        arguments = dumps({"input": item.get("input") or ""})
     else:
         arguments = item.get("arguments") or "{}"
     return {"id": item.get("call_id") or item.get("id") or new_id("call_"), "type": "function",
@@ -174,7 +174,7 @@ def custom_input(arguments: str) -> str:
         return arguments
     if isinstance(doc, dict) and "input" in doc:
         value = doc["input"]
-        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        return value if isinstance(value, str) else dumps(value)
     if doc == {}:
         return ""
     return doc if isinstance(doc, str) else arguments

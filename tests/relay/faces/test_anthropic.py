@@ -185,7 +185,7 @@ def test_messages_to_openai_channel_full_conversion(env):
     assert parts[1]["image_url"]["url"] == f"data:image/png;base64,{PNG}"
     assert parts[2]["image_url"]["url"] == "https://x.test/a.jpg"
     assert up["messages"][2]["tool_calls"][0]["function"] == {
-        "name": "get_weather", "arguments": '{"city": "Rome"}'}
+        "name": "get_weather", "arguments": '{"city":"Rome"}'}
     assert up["messages"][3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}
     assert up["tools"][0]["function"]["parameters"] == TOOLS[0]["input_schema"]
     assert up["tool_choice"] == "auto"

@@ -179,7 +179,7 @@ def test_every_block_shape_is_accepted(env, kind, stream):
             f"data:application/pdf;base64,{PDF}"
         assert up["messages"][2] == {"role": "assistant", "content": "Checking.", "tool_calls": [
             {"id": "toolu_a", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]}
+             "function": {"name": "get_weather", "arguments": '{"city":"Rome"}'}}]}
         assert up["messages"][3] == {"role": "tool", "tool_call_id": "toolu_a", "content": "sunny"}
         assert up["messages"][4]["content"][0]["type"] == "image_url"
         assert up["messages"][6]["content"] == "Error: no such city"

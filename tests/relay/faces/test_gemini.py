@@ -157,7 +157,7 @@ def test_gemini_to_openai_channel_full_conversion(env):
     assert up["tools"][0]["function"]["parameters"]["properties"]["city"]["type"] == "string"
     # Given the tool's result, the upstream answers with text quoting it.
     assert r.function_calls is None
-    assert r.text == 'The tool returned: {"forecast": "sunny"}'
+    assert r.text == 'The tool returned: {"forecast":"sunny"}'
     assert r.usage_metadata.prompt_token_count == 10
     env.check_billed(tok, prompt=10, completion=3)
 
