@@ -1,7 +1,7 @@
 """Where request bytes become values: the one JSON parser for every route
 family (the relay faces through relay/faces/openai.load_json, /api through
-ApiHandler.body_json) and the typed checks for single values (JSON fields
-and query parameters alike).
+ApiHandler.body_json).  The typed checks for single values (JSON fields and
+query parameters alike) are in relay/serving/values.py.
 
 What it refuses, each with a BadInput naming the field:
 - bytes that are not UTF-8 (raw ED A0 80, an encoded surrogate, is not);
@@ -26,7 +26,10 @@ import math
 import re
 from typing import Any
 
-from relay.errors import RelayError
+# BadInput and the single-value checks live in relay/serving/values.py; the
+# names stay here for the callers that read them as jsonin.whole, ...
+from relay.serving.values import (INT64_MAX, INT64_MIN, BadInput, flag, lone,  # noqa: F401
+                                  number, relay_error, text, whole)
 
 try:  # several times json's speed on the hot path; json does it all without
     import orjson
@@ -34,7 +37,6 @@ except ImportError:  # pragma: no cover
     orjson = None
 
 MAX_DEPTH = 64
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -63,26 +65,6 @@ def _surrogate_escape(data: bytes) -> bool:
 # One token of JSON text, for naming the field where nesting gets too deep.
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}:,]')
 _SCAN_TOKENS, _SCAN_CHARS = 200_000, 2_000_000
-
-
-class BadInput(ValueError):
-    """A value the request may not carry.  `field` is a path such as
-    "messages[0].content" (None for the body as a whole); status is 400,
-    or 413 for size."""
-
-    def __init__(self, message: str, field: str | None = None, status: int = 400):
-        super().__init__(message)
-        self.message = message
-        self.field = field
-        self.status = status
-
-
-def relay_error(exc: BadInput) -> RelayError:
-    """The relay families' error for a BadInput (rendered in each family's body)."""
-    if exc.status == 413:
-        return RelayError(413, exc.message, "invalid_request_error", "request_too_large")
-    code = "invalid_value" if exc.field else "invalid_json"
-    return RelayError(exc.status, exc.message, "invalid_request_error", code, exc.field)
 
 
 class _Refused:
@@ -315,7 +297,7 @@ def _check(doc, max_depth: int, surrogates: bool):
             for k, v in value.items():
                 sub = f"{path}.{_name(k)}" if path else _name(k)
                 if surrogates and _SURROGATE.search(k):
-                    return _lone(sub)
+                    return lone(sub)
                 stack.append((v, depth + 1, sub))
         elif isinstance(value, list):
             if max_depth and depth > max_depth:
@@ -324,7 +306,7 @@ def _check(doc, max_depth: int, surrogates: bool):
         elif isinstance(value, _Refused):
             return path, f"'{path}' {value.why}." if path else f"{{what}} {value.why}."
         elif surrogates and isinstance(value, str) and _SURROGATE.search(value):
-            return _lone(path)
+            return lone(path)
     return None
 
 
@@ -342,10 +324,6 @@ def _name(key: str) -> str:
     key = key if len(key) <= 64 else key[:61] + "..."
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", key)
 
-
-def _lone(path: str):
-    return path, (f"'{path}' contains a lone surrogate (U+D800-U+DFFF) that is not valid "
-                  "Unicode; send proper text (a surrogate pair is fine).")
 
 
 def _not_utf8(raw: bytes, exc: UnicodeDecodeError, what: str, max_depth: int) -> BadInput:
@@ -403,77 +381,3 @@ def _format_path(stack: list) -> str:
         else:
             out += f"[{key}]"
     return out
-
-
-# ---- single values: JSON fields and query parameters ------------------------
-def whole(value, field: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
-    """A whole number from a JSON number or its decimal text, within [lo, hi]."""
-    if isinstance(value, bool) or value is None:
-        raise BadInput(f"{field} must be a whole number.", field)
-    if isinstance(value, int):
-        n = value
-    else:
-        if isinstance(value, str):
-            s = value.strip()
-            if re.fullmatch(r"[+-]?\d{1,25}", s):
-                value = int(s)
-            else:
-                try:
-                    value = float(s) if len(s) <= 40 else math.nan
-                except ValueError:
-                    raise BadInput(f"{field} must be a whole number, not {value[:40]!r}.",
-                                   field) from None
-        if isinstance(value, float):
-            if not math.isfinite(value) or value != int(value):
-                raise BadInput(f"{field} must be a whole number.", field)
-            value = int(value)
-        if not isinstance(value, int):
-            raise BadInput(f"{field} must be a whole number.", field)
-        n = value
-    if not lo <= n <= hi:
-        raise BadInput(f"{field} must be between {lo} and {hi}.", field)
-    return n
-
-
-def number(value, field: str, lo: float = -1e15, hi: float = 1e15) -> float:
-    """A finite number from a JSON number or its decimal text, within [lo, hi]."""
-    if isinstance(value, bool) or value is None:
-        raise BadInput(f"{field} must be a number.", field)
-    if isinstance(value, str):
-        try:
-            value = float(value.strip()) if len(value) <= 40 else math.nan
-        except ValueError:
-            raise BadInput(f"{field} must be a number, not {value[:40]!r}.", field) from None
-    if not isinstance(value, (int, float)):
-        raise BadInput(f"{field} must be a number.", field)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise BadInput(f"{field} must be a finite number.", field)
-    if not lo <= value <= hi:
-        raise BadInput(f"{field} must be between {lo:g} and {hi:g}.", field)
-    return value
-
-
-def text(value, field: str, max_len: int = 10_000, default: str = "") -> str:
-    """A string (numbers are taken as their text), at most max_len characters."""
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise BadInput(f"{field} must be a string.", field)
-    s = value if isinstance(value, str) else str(value)
-    if len(s) > max_len:
-        raise BadInput(f"{field} is longer than {max_len} characters.", field)
-    if _SURROGATE.search(s):
-        raise BadInput(_lone(field)[1], field)
-    return s
-
-
-def flag(value, field: str) -> bool:
-    """A boolean, also from the usual query spellings (1/0, true/false, yes/no)."""
-    if isinstance(value, bool):
-        return value
-    if value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0",
-                                                            "false", "no", "off", ""):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    raise BadInput(f"{field} must be true or false.", field)
