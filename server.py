@@ -37,6 +37,7 @@ from notify.bus import Bus
 from relay.serving import loop as relay_loop, process, redact
 from relay.money.billing import Billing
 from relay.catalog import Catalog
+from relay.compat.memory import Compat
 from relay.scheduler import Scheduler
 from relay.service import RelayService
 from relay.stored_responses import StoredResponses
@@ -137,6 +138,8 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
                         queue_wait=config.upstream_queue_wait,
                         ca_file=config.upstream_ca_file, h2_streams=config.upstream_h2_streams)
     service = RelayService(config, catalog, billing, usage_log, scheduler, upstream)
+    service.compat = Compat(store, catalog, strip_ttl=config.compat_memory_days * 86400,
+                            reprobe_after=config.wire_reprobe_hours * 3600)
     responses = StoredResponses(ResponseStore(store, config.responses_retention_days), catalog,
                                 upstream)
     from handlers.fallback import NotFoundHandler
@@ -149,7 +152,7 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
         cookie_secret=vault.cookie_secret, xsrf_cookies=False, log_function=log_request,
         config=config, store=store, bus=bus, vault=vault, catalog=catalog, billing=billing,
         usage_log=usage_log, scheduler=scheduler, upstream=upstream, service=service,
-        responses=responses,
+        responses=responses, compat=service.compat,
         started_at=time.time(), on_start=[], on_stop=[], trusted_proxies=trusted,
         api_rate=ApiRate(config.api_rate_limit))
     for name in INSTALLERS:
@@ -160,6 +163,7 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
 async def start_workers(app: RelayApplication, previous_process: str = "") -> None:
     s = app.settings
     await s["catalog"].load()
+    await s["compat"].load()
     s["catalog"].start_polling()
     await s["billing"].start_up([previous_process] if previous_process else [])
     s["billing"].start()
@@ -193,6 +197,10 @@ async def stop_workers(app: RelayApplication, grace: float, budget: float = 8.0)
         except (asyncio.TimeoutError, Exception) as exc:
             log.warning("stopping %s: %s", getattr(stopper, "__qualname__", stopper),
                         exc or type(exc).__name__)
+    try:
+        await asyncio.wait_for(s["compat"].drain(), left(0.1))
+    except (asyncio.TimeoutError, Exception):
+        pass
     try:
         await asyncio.wait_for(s["catalog"].stop_polling(), left(0.25))
     except (asyncio.TimeoutError, Exception):

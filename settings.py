@@ -81,6 +81,12 @@ class Settings:
     stream_drain_seconds: float = 60.0
     # MB of such a stream read on for its usage at most (see stream_drain_seconds).
     stream_drain_mb: int = 4
+    # Days a channel's refusal of a beta, body field or parameter is remembered (it is taken
+    # out of later calls to that channel and model up front; the console lists and forgets it).
+    compat_memory_days: float = 7
+    # Hours after which a channel learnt to speak only chat completions (or only the
+    # Responses API) is tried with the client's own API again.
+    wire_reprobe_hours: float = 24
     # Seconds within which a charge and its usage record are durable (in the database or the
     # spill file): the loss window on kill -9 (README, "Money").
     usage_flush_interval: float = 0.5

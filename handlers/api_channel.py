@@ -14,6 +14,7 @@ from relay.adaptors.base import Call
 
 def channel_view(handler: ApiHandler, d: dict) -> dict:
     health = handler.ctx["scheduler"].snapshot().get(d["_id"], {})
+    compat = handler.ctx.get("compat")
     return {"id": d["_id"], "name": d.get("name", ""), "type": d.get("type", "openai"),
             "base_url": d.get("base_url", ""),
             "key": mask(handler.ctx["vault"].decrypt(d.get("key_enc", ""))),
@@ -21,6 +22,7 @@ def channel_view(handler: ApiHandler, d: dict) -> dict:
             "priority": d.get("priority", 0), "weight": d.get("weight", 1),
             "model_mapping": d.get("model_mapping", {}), "enabled": bool(d.get("enabled", True)),
             "options": d.get("options", {}), "health": health,
+            "learned": compat.listing(d["_id"]) if compat is not None else [],
             "created_time": d.get("created_time", 0)}
 
 
@@ -121,7 +123,30 @@ class ChannelHandler(ChannelsHandler):
         if not r.deleted_count:
             raise ApiError(404, f"No channel with id {cid}.")
         await self.ctx["catalog"].changed("channel", ident(cid))
+        await self.ctx["compat"].forget(ident(cid))
         self.ok(None, "Channel deleted.")
+
+
+class LearnedHandler(ApiHandler):
+    """What the channel was seen to refuse (relay/compat): the API it speaks,
+    and the betas and fields taken out of its calls.  DELETE forgets them
+    all, or with ?id= one of them: the next call tries it again."""
+
+    async def get(self, cid: str) -> None:
+        self.require_admin()
+        await by_id(self.store.db.channels, cid, "channel")
+        self.ok(self.ctx["compat"].listing(ident(cid)))
+
+    async def delete(self, cid: str) -> None:
+        self.require_admin()
+        await by_id(self.store.db.channels, cid, "channel")
+        fact = self.get_query_argument("id", None)
+        if fact is not None and (len(fact) > 1000 or not fact.startswith(f"{ident(cid)}|")):
+            raise ApiError(404, "The channel has learnt no such thing.")
+        n = await self.ctx["compat"].forget(ident(cid), fact)
+        if fact is not None and not n:
+            raise ApiError(404, "The channel has learnt no such thing.")
+        self.ok(self.ctx["compat"].listing(ident(cid)), "Forgotten.")
 
 
 class ChannelTestHandler(ApiHandler):
@@ -164,5 +189,6 @@ class ChannelTestHandler(ApiHandler):
 default_handlers = [
     (r"/api/channel/?", ChannelsHandler),
     (r"/api/channel/(\d+)/test/?", ChannelTestHandler),
+    (r"/api/channel/(\d+)/learned/?", LearnedHandler),
     (r"/api/channel/(\d+)/?", ChannelHandler),
 ]

@@ -156,6 +156,11 @@ PATHS: dict[str, dict] = {
                                                                   **CHANNEL_FIELDS))},
     "/api/channel/{id}/test": {"post": op("Send a one-token call through a channel (admin).",
                                           obj(model=STR), path={"id": ID})},
+    "/api/channel/{id}/learned": {
+        "get": op("What the channel was seen to refuse: its API, betas, fields (admin).",
+                  path={"id": ID}),
+        "delete": op("Forget it all, or one fact by ?id= (admin).", path={"id": ID},
+                     query={"id": STR})},
     "/api/channel/{id}": {"get": op("One channel (admin).", path={"id": ID}),
                           "delete": op("Delete a channel (admin).", path={"id": ID})},
     "/api/redemption/": {"get": op("Redemption codes, masked (admin).", query=PAGE),

@@ -47,11 +47,16 @@ class Outcome:
     streamed_text: str = ""
     started: bool = False
     charged: int = 0                # quota units settled for this call
+    # An upstream's refusal before anything reached the client: (status,
+    # body, the UpstreamRequest sent), what relay/compat reads it against.
+    refusal: tuple | None = None
 
 
-async def attempt_plain(upstream, call, channel, adaptor, cancel) -> Outcome:
+async def attempt_plain(upstream, call, channel, adaptor, cancel, adjust=None) -> Outcome:
+    """`adjust(req)`, when given, returns the request to send instead
+    (what the channel was learnt to refuse taken out: relay/compat)."""
     try:
-        req = _request_for(adaptor, call, channel)
+        req = _request_for(adaptor, call, channel, adjust)
     except RelayError as exc:
         return Outcome(error=exc)
     resp = await upstream.send(req.method, req.url, req.headers, req.body,
@@ -62,6 +67,7 @@ async def attempt_plain(upstream, call, channel, adaptor, cancel) -> Outcome:
         return out
     if resp.status >= 400:
         out.error = adaptor.error(resp.status, resp.body)
+        out.refusal = (resp.status, resp.body, req)
         return out
     try:
         doc, out.usage = adaptor.parse(call, resp.body)
@@ -82,22 +88,28 @@ async def attempt_plain(upstream, call, channel, adaptor, cancel) -> Outcome:
             call.extra.get("native_raw")
     return out
 
-async def attempt_stream(upstream, call, channel, adaptor, sink, face, cancel) -> Outcome:
+async def attempt_stream(upstream, call, channel, adaptor, sink, face, cancel,
+                         adjust=None) -> Outcome:
     try:
-        req = _request_for(adaptor, call, channel)
+        req = _request_for(adaptor, call, channel, adjust)
     except RelayError as exc:
         return Outcome(error=exc)
     s = _Streaming(call, sink, cancel, adaptor.stream(call), face.StreamWriter(call), channel.id)
     sending = upstream.send(req.method, req.url, req.headers, req.body, on_chunk=s.on_chunk,
                             cancel=cancel, on_start=s.on_start if s.named else None,
                             body_producer=req.body_producer)
-    del req  # the transfer holds what it sends; a long stream need not keep this as well
+    # The transfer holds what it sends; a long stream need not keep this as
+    # well.  Only a refusal (which comes before any stream) reads it again:
+    # the stream lets go of it once it begins.
+    s.sent, req = req, None
     resp = await sending
     out, reader, writer = s.out, s.reader, s.writer
     out.status = resp.status
     out.usage = reader.usage
     if resp.error is None and resp.status >= 400:
         out.error = adaptor.error(resp.status, resp.body)
+        if not out.started and s.sent is not None:
+            out.refusal = (resp.status, resp.body, s.sent)
     elif resp.error is not None:
         out.error = resp.error
     if out.error is None:
@@ -123,7 +135,7 @@ class _Streaming:
     the difference is several megabytes."""
 
     __slots__ = ("call", "sink", "cancel", "reader", "writer", "channel_id", "out", "t0", "named",
-                 "upstream_headers")
+                 "upstream_headers", "sent")
 
     def __init__(self, call, sink, cancel, reader, writer, channel_id):
         self.call = call
@@ -138,6 +150,7 @@ class _Streaming:
         # headers, from the upstream's.
         self.named = hasattr(writer, "headers")
         self.upstream_headers = None
+        self.sent = None
 
     def on_start(self, _status, headers) -> None:
         self.upstream_headers = headers
@@ -162,6 +175,7 @@ class _Streaming:
             sink.start(200, self.writer.headers(self.upstream_headers) if self.named
                        else dict(SSE_HEADERS))
             self.out.started = True
+            self.sent = None
             self.out.ttfb = time.monotonic() - self.t0
             self.call.shelve()  # no other channel will be tried now
         sink.write(data)
@@ -171,10 +185,11 @@ class _Streaming:
             _drain_then_resume(sink, cancel)
 
 
-def _request_for(adaptor, call: Call, channel):
+def _request_for(adaptor, call: Call, channel, adjust=None):
     """The upstream request: a client body whose parts have shapes the
     conversion for this channel cannot take is the client's 400, not a 500."""
-    return converted(adaptor.prepare, call, channel)
+    req = converted(adaptor.prepare, call, channel)
+    return adjust(req) if adjust is not None else req
 
 
 def _drain_then_resume(sink: Sink, cancel: Cancel) -> None:

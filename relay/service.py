@@ -29,6 +29,7 @@ from relay.money import pricing, tokenizer
 from relay.adaptors.base import Call, retryable, serves
 from relay.attempts import Outcome, Sink, attempt_plain, attempt_stream
 from relay.catalog import MAX_KEY_LENGTH
+from relay.compat import rules
 from relay.money.billing import TOKEN, QuotaExhausted
 from relay.serving.buglog import log_bug
 from relay.errors import RelayError, bad_request, forbidden, unauthorized
@@ -44,6 +45,9 @@ CHAT_LIKE = bounds.CHAT_LIKE
 # upstream restarting, clears within that; a dead one costs 150 ms more.
 CONNECT_RETRIES = 2
 CONNECT_BACKOFF = 0.05
+# Retries on the same channel after refusals that name what to take out
+# (relay/compat): each for something new, so a refusal is retried once.
+MAX_HEALS = 3
 
 
 @dataclass
@@ -67,6 +71,7 @@ class RelayService:
         self.running: set = set()
         self._bound: dict | None = None
         self.limits = None  # relay/limits.Limiter, installed by it
+        self.compat = None  # relay/compat/memory.Compat, installed by server.build_app
 
     # ---- 1-2: who is calling, and may they ---------------------------------
     async def authenticate(self, key: str | None, client_ip: str, host: str = "") -> Auth:
@@ -250,23 +255,8 @@ class RelayService:
         for channel in channels[: self.settings.retries + 1]:
             if cancel.cancelled:
                 break
-            call.upstream_model = channel.upstream_model(call.model)
-            adaptor = registry.adaptor_for(channel.type)
-            cancel.drain = (self.settings.stream_drain_seconds,
-                            self.settings.stream_drain_mb * 1024 * 1024) \
-                if call.stream and hides_reasoning(call) else None
             began = time.monotonic()
-            for again in range(CONNECT_RETRIES + 1):
-                if call.stream:
-                    out = await attempt_stream(self.upstream, call, channel, adaptor, sink, face,
-                                               cancel)
-                else:
-                    out = await attempt_plain(self.upstream, call, channel, adaptor, cancel)
-                if (out.error is None or out.started or cancel.cancelled or again == CONNECT_RETRIES
-                        or out.error.code != "upstream_unreachable"):
-                    break
-                await asyncio.sleep(CONNECT_BACKOFF * 2 ** again * random.uniform(0.5, 1.5))
-            out.channel = channel
+            out = await self._attempt(call, channel, sink, face, cancel)
             if out.error is None:
                 self.scheduler.success(channel)
                 return out
@@ -279,6 +269,51 @@ class RelayService:
             return out
         return last or Outcome(error=RelayError(503, "No channel answered.",
                                                 "service_unavailable", "model_not_available"))
+
+    async def _attempt(self, call, channel, sink, face, cancel) -> Outcome:
+        """One channel, healed: a refusal that names what the channel does
+        not take (its API, a beta, a field) is learnt and the call sent
+        again without it, on the same channel (relay/compat)."""
+        compat, tried, done = self.compat, [], []
+        while True:
+            seen = compat.view(channel) if compat is not None else channel
+            call.upstream_model = seen.upstream_model(call.model)
+            adaptor = registry.adaptor_for(seen.type)
+            fixes = compat.fixes_for(seen.id, call.upstream_model) if compat is not None else ()
+            adjust = (lambda req, f=fixes: rules.apply(req, f)) if fixes else None
+            cancel.drain = (self.settings.stream_drain_seconds,
+                            self.settings.stream_drain_mb * 1024 * 1024) \
+                if call.stream and hides_reasoning(call) else None
+            out = await self._send(call, seen, adaptor, sink, face, cancel, adjust)
+            out.channel = channel
+            if compat is None:
+                return out
+            if tried:
+                wrong = compat.refuted(tried, out)
+                compat.unlearn(channel.id, call.upstream_model, wrong)
+                compat.keep(channel.id, call.upstream_model, [f for f in tried if f not in wrong])
+            if out.error is None or out.started or cancel.cancelled or len(done) >= MAX_HEALS:
+                return out
+            tried = [f for f in compat.diagnose(call, seen, out) if f not in done]
+            if not tried:
+                return out
+            compat.learn(channel, call.upstream_model, tried)
+            done += tried
+
+    async def _send(self, call, channel, adaptor, sink, face, cancel, adjust) -> Outcome:
+        """One request to one channel; a connect that failed (it sent
+        nothing) is tried again, CONNECT_RETRIES times with a short backoff."""
+        for again in range(CONNECT_RETRIES + 1):
+            if call.stream:
+                out = await attempt_stream(self.upstream, call, channel, adaptor, sink, face,
+                                           cancel, adjust)
+            else:
+                out = await attempt_plain(self.upstream, call, channel, adaptor, cancel, adjust)
+            if (out.error is None or out.started or cancel.cancelled or again == CONNECT_RETRIES
+                    or out.error.code != "upstream_unreachable"):
+                return out
+            await asyncio.sleep(CONNECT_BACKOFF * 2 ** again * random.uniform(0.5, 1.5))
+        return out
 
     # ---- 7-8: settle and log ------------------------------------------------
     async def _settle(self, call, auth, price, res, out: Outcome, t0: float, cancel) -> None:

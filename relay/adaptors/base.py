@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.convert.responses_tools import DROPPABLE
+from relay.convert.responses_tools import BUILT_IN, DROPPABLE, HOSTED
 from relay.errors import RelayError, bad_request
 from relay.money.pricing import Usage
 from relay.serving import jsonin, redact
@@ -152,14 +152,24 @@ def serves(adaptor: Adaptor, endpoint: str) -> bool:
     return endpoint in ("responses", "responses_compact") and "chat" in adaptor.endpoints
 
 
+# Problems that are tools merely offered (relay/convert/responses_tools.py).
+OFFERED = (HOSTED, BUILT_IN)
+
+
 def refuse_unbridgeable(call: Call, channel) -> None:
     """A Responses call bridged to a chat channel: a 400 naming what the
-    channel cannot carry (hosted and OpenAI built-in tools, OpenAI-only
-    items), unless the channel option `drop_hosted_tools` says to drop those
-    tools silently."""
+    channel cannot carry.  Hosted and OpenAI built-in tools that are only
+    offered are left out (the model there cannot call them; Codex offers
+    web_search on every call): the channel option `refuse_hosted_tools`
+    makes them a 400 instead.  A tool_choice that forces one, and items
+    only OpenAI can read, are a 400 unless `drop_hosted_tools` drops the
+    tool_choice too."""
     bridge = call.extra.get("bridge")
     problems = list(getattr(bridge, "problems", None) or ())
-    if (channel.options or {}).get("drop_hosted_tools"):
+    opts = channel.options or {}
+    if not opts.get("refuse_hosted_tools"):
+        problems = [p for p in problems if not p.startswith(OFFERED)]
+    if opts.get("drop_hosted_tools"):
         problems = [p for p in problems if not p.startswith(DROPPABLE)]
     if not problems:
         return

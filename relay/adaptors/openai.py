@@ -274,7 +274,13 @@ class OpenAIAdaptor(Adaptor):
         return wire.wire_api(channel, self.default_wire) != "chat"
 
     def wire(self, call: Call, channel) -> str:
-        """What this attempt sends upstream: "responses" or "openai" (chat)."""
+        """What this attempt sends upstream: "responses" or "openai" (chat).
+        Channel option `compact_api: "chat"`: the upstream serves
+        /v1/responses but not /v1/responses/compact (vLLM, Azure), so
+        compactions are bridged (relay/compat learns it when unset)."""
+        if call.endpoint == "responses_compact" and (channel.options or {}).get(
+                "compact_api") == "chat":
+            return "openai"
         if call.endpoint in RESPONSES:
             return "responses" if self.speaks_responses(channel) else "openai"
         if call.endpoint == "chat" and wire.wire_api(channel, self.default_wire) == "responses":

@@ -9,8 +9,10 @@ write; the model's call is unwrapped back into a custom_tool_call.
 
 What a chat channel cannot run is named in `problems`: tools OpenAI runs on
 its own side ("hosted tool ..."), and tool types whose calls only OpenAI's
-models make ("OpenAI built-in tool ...").  The channel option
-`drop_hosted_tools` drops both (relay/adaptors/base.refuse_unbridgeable).
+models make ("OpenAI built-in tool ...").  Offered, they are left out of
+the bridged call; forced by tool_choice, they are the client's 400
+(relay/adaptors/base.refuse_unbridgeable, with the channel options that
+change either).
 """
 from __future__ import annotations
 

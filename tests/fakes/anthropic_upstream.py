@@ -103,6 +103,12 @@ class _Base(tornado.web.RequestHandler):
             self.fake.flaky_count += 1
             if self.fake.flaky_count % 2 == 1:
                 return _err(self, 500, "api_error", "flaky failure")
+        refusal = self.fake.refusal(key, h.get("anthropic-beta") or "", self.b)
+        if refusal is not None:
+            self.rec["refused"] = True
+            self.set_status(400)
+            self.set_header("Content-Type", "application/json")
+            return self.finish(refusal)
 
     def problem(self, b: dict, need_max_tokens: bool = True) -> str | None:
         """What Anthropic would refuse in this body (its message), or None."""
@@ -257,6 +263,26 @@ class MessagesHandler(_Base):
         self.finish()
 
 
+def _find(doc, parts: list, at: str = "") -> str | None:
+    """Where `parts` ("*" for any list element) is in `doc`, as Anthropic
+    names it ("tools.0.custom.input_examples": a tool's union tag is in the
+    path), or None."""
+    if not parts:
+        return at
+    part, rest = parts[0], parts[1:]
+    if isinstance(doc, list) and part == "*":
+        for i, item in enumerate(doc):
+            tag = f".{item.get('type', 'custom')}" if isinstance(item, dict) and at.endswith(
+                "tools") else ""
+            got = _find(item, rest, f"{at}.{i}{tag}")
+            if got is not None:
+                return got
+        return None
+    if isinstance(doc, dict) and part in doc:
+        return _find(doc[part], rest, f"{at}.{part}" if at else part)
+    return None
+
+
 class FakeAnthropic(FakeOpenAI):
     """Runs in a thread; `url` is its base address (clients add /v1/messages).
     `tool_plan` steers which tool it calls (see agent_script)."""
@@ -268,6 +294,38 @@ class FakeAnthropic(FakeOpenAI):
                       "cache_creation_input_tokens": 0}
         self.count_value = 4242
         self.tool_plan: dict | None = None
+        # api key -> {"betas": [...], "fields": [...], "wording": "anthropic" | "bedrock"}:
+        # what an upstream behind that key refuses (an older Vertex, Bedrock or a reseller).
+        self.refuses: dict[str, dict] = {}
+
+    def refusal(self, key: str, betas: str, body: dict) -> dict | None:
+        """The 400 body this key's upstream answers, in the vendor's words, or None."""
+        rule = self.refuses.get(key)
+        if not rule:
+            return None
+        sent = [b.strip() for b in betas.split(",") if b.strip()]
+        bad = [b for b in sent if b in rule.get("betas", ())]
+        bedrock = rule.get("wording") == "bedrock"
+        if bad:
+            if bedrock:
+                return {"message": "invalid beta flag"} if rule.get("unnamed") else {
+                    "message": f"Unexpected value(s) {', '.join(f'`{b}`' for b in bad)} for "
+                               "the `anthropic-beta` header."}
+            return {"type": "error", "error": {"type": "invalid_request_error", "message": (
+                f"Unexpected value(s) {', '.join(f'`{b}`' for b in bad)} for the "
+                "`anthropic-beta` header. Please consult our documentation at "
+                "docs.anthropic.com or try again without the header.")},
+                "request_id": "req_vrtx_fake"}
+        for path in rule.get("fields", ()):
+            where = _find(body, path.split("."))
+            if where is None:
+                continue
+            text = f"{where}: Extra inputs are not permitted"
+            if bedrock:
+                return {"message": f"The model returned the following errors: {text}"}
+            return {"type": "error", "error": {"type": "invalid_request_error", "message": text},
+                    "request_id": "req_fake"}
+        return None
 
     def routes(self):
         p = r"(?:/mode/(?P<mode>[a-z0-9_]+))?(?:/v1)?"

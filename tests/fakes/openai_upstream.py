@@ -14,7 +14,9 @@ channels that behave differently: a channel whose base_url is
     429org   HTTP 429 naming the organisation and the project, as OpenAI's do
     400key   HTTP 400 echoing a fragment of the key it was sent, as some aggregators do
     chatonly       no /v1/responses (404), like a chat-only compatible server
+    chatonly405    the same, answered 405 Method Not Allowed (FastAPI servers)
     responsesonly  no /v1/chat/completions (404)
+    nocompact      /v1/responses but no /v1/responses/compact (404), like vLLM
 
 /v1/responses and its sub-routes are tests/fakes/openai_responses.py.
 
@@ -28,7 +30,8 @@ The request body may steer the answer (the relay passes unknown fields on):
 counted in the usage, and n over 128 is refused with 400, as OpenAI does.
 Answers carry `service_tier`: flex or priority as asked, else default
 (fake_service_tier: another, as when flex capacity runs out).
-Models named o1, o1-mini, o1-preview reject a system message with 400, as
+A model named missing-... is a 404 model_not_found, as OpenAI answers for
+a model the account does not have.  Models named o1, o1-mini, o1-preview reject a system message with 400, as
 OpenAI does; `reasoning_effort` is refused with 400 by models that are not
 reasoning models (o-series, gpt-5), as OpenAI does, and gpt-4o models refuse an
 output limit over 16384 tokens (openai_responses.model_refuses); a message containing CONTEXT_TOO_LONG gets
@@ -104,6 +107,21 @@ class _Base(tornado.web.RequestHandler):
         if self.request.headers.get("Authorization", "") == "Bearer bad-key":
             return _err(self, 401, "Incorrect API key provided.", "invalid_request_error",
                         "invalid_api_key")
+        model = body.get("model") if isinstance(body, dict) else None
+        if isinstance(model, str) and model.startswith("missing-"):
+            return _err(self, 404, f"The model `{model}` does not exist or you do not have "
+                                   "access to it.", "invalid_request_error", "model_not_found")
+        key = self.request.headers.get("Authorization", "")[7:]
+        for field in (self.fake.refuses.get(key) or {}).get("fields", ()):
+            if isinstance(body, dict) and field in body:
+                rec = self.rec
+                rec["refused"] = True
+                if self.request.path.endswith("/chat/completions"):
+                    return _err(self, 400, f"Unrecognized request argument supplied: {field}")
+                self.set_status(400)
+                return self.finish({"error": {"message": f"Unknown parameter: '{field}'.",
+                                              "type": "invalid_request_error", "param": field,
+                                              "code": "unknown_parameter"}})
 
 
 class ChatHandler(_Base):
@@ -237,6 +255,9 @@ class _ResponsesBase(_Base):
         await super().prepare()
         if not self._finished and self.mode == "chatonly":
             _err(self, 404, f"Invalid URL ({self.request.method} {self.request.path})")
+        elif not self._finished and self.mode == "chatonly405":
+            self.set_status(405)
+            self.finish({"detail": "Method Not Allowed"})
 
 
 class ResponsesHandler(_ResponsesBase):
@@ -280,6 +301,9 @@ class ResponseInputItemsHandler(_ResponsesBase):
 
 class ResponsesCompactHandler(_ResponsesBase):
     def post(self, mode=None):
+        if self.mode == "nocompact":
+            self.set_status(404)
+            return self.finish({"detail": "Not Found"})
         responses.compact(self, self.body, self.fake)
 
 
@@ -305,6 +329,8 @@ class FakeOpenAI(ThreadedServer):
         self.extra_handlers: list = []
         self.stored: dict[str, dict] = {}  # Responses kept with store (see openai_responses.py)
         self.tool_plan: dict | None = None  # which tool the script calls (agent_script)
+        # api key -> {"fields": [...]}: top-level fields the upstream behind that key refuses.
+        self.refuses: dict[str, dict] = {}
 
 
     def mode_url(self, mode: str) -> str:

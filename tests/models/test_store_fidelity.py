@@ -811,6 +811,30 @@ def test_invalidation_log_shapes(db):
         doc = await c.find_one({"_id": "log"})
         assert doc["n"] == 5
         assert doc["log"] == ['["token","h2","p"]', '["token","h3","p"]', '["token","h4","p"]']
+
+
+def test_learned_facts_shapes(db):
+    """models/learned.py (what channels refuse): upserts by string _id with
+    $set, reads by an integer channel_id and whole, one fact deleted by _id
+    plus channel_id, a channel's all, and the stale by a float `at`."""
+    from types import SimpleNamespace
+
+    from models.learned import LearnedStore
+
+    async def body(db):
+        s = LearnedStore(SimpleNamespace(db=db))
+        a = await s.save(7, "wire", "", "chat", "Not Found", 100.5)
+        await s.save(7, "wire", "", "chat", "Not Found", 200.5)  # the same fact, learnt again
+        b = await s.save(7, "field", "m|x", "tools.*.input_examples", "extra", 150.0)
+        await s.save(8, "beta", "m", "context-management-2025-06-27", "unexpected", 50.0)
+        assert sorted(d["_id"] for d in await s.of_channel(7)) == sorted([a, b])
+        assert [d["at"] for d in await s.of_channel(7) if d["_id"] == a] == [200.5]
+        assert len(await s.all()) == 3
+        assert await s.forget(7, "8|beta|m|context-management-2025-06-27") == 0
+        assert await s.forget(7, b) == 1
+        assert await s.prune(100.0) == 1  # channel 8's
+        assert [d["_id"] for d in await s.all()] == [a]
+        assert await s.forget(7) == 1 and await s.all() == []
     case(db, body)
 
 

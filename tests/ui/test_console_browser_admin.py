@@ -57,6 +57,29 @@ def test_admin_adds_a_channel_and_a_price(relay, admin, admin_b, upstream):
     no_script_errors(br)
 
 
+def test_a_channel_shows_what_it_was_learnt_to_refuse_and_forgets_it(relay, admin, admin_b,
+                                                                     env, upstream):
+    """A channel that turned out to speak only chat completions shows it on
+    its row; "Forget" makes the next call try the Responses API again."""
+    ch = admin.create_channel(upstream.url + "/mode/chatonly", ["chat-only-model"],
+                              name="chat-only")
+    admin.set_price("chat-only-model", input_price=1, output_price=1)
+    key = env["api"].create_token("learner", unlimited_quota=True)["key"]
+    r = requests.post(relay.url + "/v1/responses", json={"model": "chat-only-model",
+                                                         "input": "x"},
+                      headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    assert r.status_code == 200, r.text
+    br = admin_b
+    br.get(relay.url + "/console/admin/channels")
+    fact = br.wait(lambda d: [li for li in br.all("#channels-table tbody tr li.learned-fact")
+                              if li.get_attribute("data-kind") == "wire"], what="learnt")[0]
+    assert "chat completions only" in fact.text
+    fact.find_element(By.CSS_SELECTOR, "button.forget").click()
+    br.wait(lambda d: not br.all("li.learned-fact[data-kind='wire']"), what="forgotten")
+    assert admin.get(f"/api/channel/{ch['id']}")["data"]["learned"] == []
+    no_script_errors(br)
+
+
 def test_admin_users_codes_groups_and_settings(relay, admin, admin_b, env):
     br = admin_b
     br.get(relay.url + "/console/admin/users")

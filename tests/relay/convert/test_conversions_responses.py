@@ -320,16 +320,29 @@ def test_only_truly_hosted_tools_are_called_hosted():
     assert not any("custom" in p for p in b.problems)
 
 
-def test_refusal_names_the_tools_and_the_channel_option_drops_them():
+def test_offered_tools_are_left_out_and_the_channel_option_refuses_them():
     b = conv.request_to_chat({"model": "m", "input": "x", "tools": [
         APPLY_PATCH, {"type": "web_search"}, {"type": "shell"}]})
     call = Call(request_id="r1", endpoint="responses", face="responses", model="m",
                 body=b.body, extra={"bridge": b})
+    # Offered only: the model on a chat channel cannot call them, and is not offered them.
+    refuse_unbridgeable(call, SimpleNamespace(options={}))
+    assert [t["function"]["name"] for t in b.body["tools"]] == ["apply_patch"]
     with pytest.raises(RelayError) as got:
-        refuse_unbridgeable(call, SimpleNamespace(options={}))
+        refuse_unbridgeable(call, SimpleNamespace(options={"refuse_hosted_tools": True}))
     exc = got.value
     assert exc.status == 400 and exc.code == "unsupported_tool" and exc.param == "tools"
     assert "hosted tool 'web_search'" in exc.message
     assert "OpenAI built-in tool 'shell'" in exc.message
     assert "custom" not in exc.message and "apply_patch" not in exc.message
+
+
+def test_a_tool_choice_forcing_a_hosted_tool_is_refused_unless_dropped():
+    b = conv.request_to_chat({"model": "m", "input": "x", "tools": [{"type": "web_search"}],
+                              "tool_choice": {"type": "web_search"}})
+    call = Call(request_id="r1", endpoint="responses", face="responses", model="m",
+                body=b.body, extra={"bridge": b})
+    with pytest.raises(RelayError) as got:
+        refuse_unbridgeable(call, SimpleNamespace(options={}))
+    assert got.value.code == "unsupported_tool" and "tool_choice 'web_search'" in got.value.message
     refuse_unbridgeable(call, SimpleNamespace(options={"drop_hosted_tools": True}))

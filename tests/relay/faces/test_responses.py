@@ -315,10 +315,17 @@ def test_bad_input_gets_openai_errors(env, model):
     env.unbilled(tok["id"])
 
 
-def test_hosted_tool_on_bridge_is_named(env):
+def test_hosted_tool_on_bridge_is_left_out_or_named(env):
     tok = env.token()
+    # Offered: left out of the bridged call (the model there cannot call it).
     r = post(env, tok, {"model": "gemini-model", "input": "x",
                         "tools": [{"type": "web_search"}] + TOOLS})
+    assert r.status_code == 200, r.text
+    sent = env.gemini.requests[-1]["body"]
+    assert "web_search" not in json.dumps(sent["tools"]) and "get_weather" in json.dumps(sent)
+    # Forced by tool_choice: the client's 400, naming it.
+    r = post(env, tok, {"model": "gemini-model", "input": "x", "tools": [{"type": "web_search"}],
+                        "tool_choice": {"type": "web_search"}})
     assert r.status_code == 400
     err = r.json()["error"]
     assert "web_search" in err["message"] and err["code"] == "unsupported_tool"

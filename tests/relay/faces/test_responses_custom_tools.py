@@ -189,8 +189,13 @@ def test_passthrough_keeps_custom_tools_and_their_events(env):
 
 
 def test_refusal_names_only_what_the_channel_cannot_run(env):
+    """On a channel set to refuse hosted tools (`refuse_hosted_tools`; by
+    default offered ones are left out)."""
+    if "gemini-strict" not in env.models.values():
+        env.channel("gemini", "gemini-strict", options={"refuse_hosted_tools": True})
+        env.models["gemini-strict"] = "gemini-strict"
     tok = env.token()
-    r = post(env, tok, {"model": "gemini-model", "input": "x",
+    r = post(env, tok, {"model": "gemini-strict", "input": "x",
                         "tools": [APPLY_PATCH, {"type": "shell"}, {"type": "web_search"}]})
     assert r.status_code == 400, r.text
     err = r.json()["error"]

@@ -1,15 +1,41 @@
 import { t } from '../i18n.js';
 import { get, post, put, del } from '../api.js';
 import { boot } from '../common.js';
-import { $, el, fillRows, showError, showOk, openDialog, toast, stateBadge } from '../ui.js';
+import { $, el, fillRows, showError, showOk, openDialog, toast, stateBadge, when } from '../ui.js';
 
 boot();
 const dlg = $('#channel-dialog');
 const form = $('#channel-form');
 
+// What the channel was seen to refuse (relay/compat): its API on the row,
+// each beta or field it refuses below its name, each with a Forget button.
+function factText(f) {
+  if (f.kind === 'wire') return t(`admin.learned_wire_${f.name}`);
+  return t('admin.learned_strip', { what: f.label, model: f.model });
+}
+
+function forget(c, id) {
+  return async () => {
+    try { await del(`/api/channel/${c.id}/learned${id ? `?id=${encodeURIComponent(id)}` : ''}`); await load(); } catch (e) { showError(null, e); }
+  };
+}
+
+function learned(c) {
+  const facts = c.learned || [];
+  if (!facts.length) return null;
+  const items = facts.map((f) => el('li', { class: 'learned-fact', dataset: { kind: f.kind, name: f.name },
+    title: t('admin.learned_until', { reason: f.reason, until: when(f.until) }) },
+  el('span', { class: 'badge' }, factText(f)), ' ',
+  el('button', { class: 'link forget', type: 'button', onclick: forget(c, f.id) }, t('admin.forget'))));
+  if (facts.length > 1) {
+    items.push(el('li', {}, el('button', { class: 'link forget-all', type: 'button', onclick: forget(c, null) }, t('admin.forget_all'))));
+  }
+  return el('ul', { class: 'learned', 'aria-label': t('admin.learned') }, items);
+}
+
 function row(c) {
   const result = el('span', { class: 'test-result' });
-  return el('tr', { dataset: { id: c.id, name: c.name } }, el('td', {}, String(c.id)), el('td', {}, c.name), el('td', {}, c.type),
+  return el('tr', { dataset: { id: c.id, name: c.name } }, el('td', {}, String(c.id)), el('td', {}, c.name, learned(c)), el('td', {}, c.type),
     el('td', {}, c.models.join(', ')), el('td', {}, String(c.priority)), el('td', {}, String(c.weight)),
     el('td', {}, stateBadge(c.enabled)),
     el('td', { class: 'actions' },
