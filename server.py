@@ -38,6 +38,7 @@ from relay.serving import loop as relay_loop, process, redact
 from relay.money.billing import Billing
 from relay.catalog import Catalog
 from relay.compat.memory import Compat
+from relay.sessions import Sessions
 from relay.scheduler import Scheduler
 from relay.service import RelayService
 from relay.stored_responses import StoredResponses
@@ -140,6 +141,7 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
     service = RelayService(config, catalog, billing, usage_log, scheduler, upstream)
     service.compat = Compat(store, catalog, strip_ttl=config.compat_memory_days * 86400,
                             reprobe_after=config.wire_reprobe_hours * 3600)
+    service.sessions = Sessions(store, scheduler, ttl=config.sticky_session_ttl)
     responses = StoredResponses(ResponseStore(store, config.responses_retention_days), catalog,
                                 upstream)
     from handlers.fallback import NotFoundHandler
@@ -165,6 +167,7 @@ async def start_workers(app: RelayApplication, previous_process: str = "") -> No
     await s["catalog"].load()
     await s["compat"].load()
     s["catalog"].start_polling()
+    s["service"].sessions.start()
     await s["billing"].start_up([previous_process] if previous_process else [])
     s["billing"].start()
     for starter in s.get("on_start", []):
@@ -197,6 +200,10 @@ async def stop_workers(app: RelayApplication, grace: float, budget: float = 8.0)
         except (asyncio.TimeoutError, Exception) as exc:
             log.warning("stopping %s: %s", getattr(stopper, "__qualname__", stopper),
                         exc or type(exc).__name__)
+    try:
+        await asyncio.wait_for(s["service"].sessions.stop(), left(0.1))
+    except (asyncio.TimeoutError, Exception):
+        pass
     try:
         await asyncio.wait_for(s["compat"].drain(), left(0.1))
     except (asyncio.TimeoutError, Exception):

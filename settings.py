@@ -81,6 +81,9 @@ class Settings:
     stream_drain_seconds: float = 60.0
     # MB of such a stream read on for its usage at most (see stream_drain_seconds).
     stream_drain_mb: int = 4
+    # Seconds a conversation stays with the channel that served it while idle (sticky sessions:
+    # prompt caches are per upstream account); 0 spreads every call by weight.
+    sticky_session_ttl: float = 3600
     # Days a channel's refusal of a beta, body field or parameter is remembered (it is taken
     # out of later calls to that channel and model up front; the console lists and forgets it).
     compat_memory_days: float = 7

@@ -8,8 +8,8 @@ from relay.money.usage import expand
 
 # Every usage component (relay/pricing.USAGE_FIELDS) is shown and exported.
 FIELDS = ("user_id", "username", "token_id", "token_name", "group", "model", "upstream_model",
-          "channel_id", "endpoint", *USAGE_FIELDS, "service_tier", "cost", "quota", "unpaid",
-          "estimated",
+          "channel_id", "endpoint", "session", *USAGE_FIELDS, "service_tier", "cost", "quota",
+          "unpaid", "estimated",
           "duration_ms", "ttfb_ms", "status", "stream", "client_ip", "billing_mode", "error",
           "created_at")
 

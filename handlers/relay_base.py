@@ -18,6 +18,7 @@ from tornado.web import _HandlerDelegate
 from handlers.base import Base
 from relay.serving import jsonin
 from relay.errors import RelayError, render
+from relay.sessions import client_session
 from relay.upstream.client import Cancel
 
 
@@ -165,6 +166,7 @@ class RelayHandler(Base):
         # request's bytes as well (coding agents send 100 KB and more).
         self._chunks = []
         self.request.body = b""
+        call.extra["client_session"] = client_session(self.request.headers, call)
         out = await self.ctx["service"].relay(call, auth, self, face, self.cancel)
         if after is not None:
             await after(out)

@@ -70,6 +70,11 @@ class Scheduler:
         resting = [c for c in chans if c not in awake]
         return self._order(awake) + self._order(resting)
 
+    def awake(self, channel) -> bool:
+        """Whether the channel is not resting after repeated failures."""
+        h = self.health.get(channel.id)
+        return h is None or h.resting_until <= time.monotonic()
+
     def _order(self, chans: list) -> list:
         out = []
         for prio in sorted({c.priority for c in chans}, reverse=True):

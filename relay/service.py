@@ -72,6 +72,7 @@ class RelayService:
         self._bound: dict | None = None
         self.limits = None  # relay/limits.Limiter, installed by it
         self.compat = None  # relay/compat/memory.Compat, installed by server.build_app
+        self.sessions = None  # relay/sessions.Sessions, installed by server.build_app
 
     # ---- 1-2: who is calling, and may they ---------------------------------
     async def authenticate(self, key: str | None, client_ip: str, host: str = "") -> Auth:
@@ -199,6 +200,8 @@ class RelayService:
         self.check_model(auth, call.model)
         tier = requested_tier(call)
         channels, prices = self.priced(auth, call.model, self.channels_for(auth, call), tier)
+        if self.sessions is not None:  # the conversation's own channel first
+            channels = await self.sessions.order(call, auth, channels)
         price = prices[channels[0].id]
         estimate = self.estimate(auth, call, channels, prices)
         ticket = await self.limits.admit(auth.token, auth.user) if self.limits else None
@@ -259,6 +262,8 @@ class RelayService:
             out = await self._attempt(call, channel, sink, face, cancel)
             if out.error is None:
                 self.scheduler.success(channel)
+                if self.sessions is not None:
+                    self.sessions.served(call, channel)
                 return out
             if out.started or cancel.cancelled or out.error.code == "relay_overloaded":
                 return out  # our own limit: another channel would meet it too
@@ -279,7 +284,8 @@ class RelayService:
             seen = compat.view(channel) if compat is not None else channel
             call.upstream_model = seen.upstream_model(call.model)
             adaptor = registry.adaptor_for(seen.type)
-            fixes = compat.fixes_for(seen.id, call.upstream_model) if compat is not None else ()
+            fixes = (compat.fixes_for(seen.id, call.upstream_model)
+                     + [f for f in done if f.kind in rules.ONCE]) if compat is not None else ()
             adjust = (lambda req, f=fixes: rules.apply(req, f)) if fixes else None
             cancel.drain = (self.settings.stream_drain_seconds,
                             self.settings.stream_drain_mb * 1024 * 1024) \
@@ -344,6 +350,7 @@ class RelayService:
             "token_id": auth.token.id, "token_name": auth.token.name, "group": auth.group,
             "model": call.model, "upstream_model": call.upstream_model,
             "channel_id": getattr(ch, "id", None), "endpoint": call.endpoint, "face": call.face,
+            "session": call.extra.get("session", ""),
             **(usage or pricing.Usage()).record(),  # every component, for invoices
             "estimated": bool(usage and usage.estimated),
             "duration_ms": int((time.monotonic() - t0) * 1000), "ttfb_ms": int(out.ttfb * 1000),

@@ -131,7 +131,9 @@ class Compat:
 
     # ---- learning ------------------------------------------------------------
     def learn(self, channel, model: str, fixes: list[Fix]) -> None:
-        """In memory at once: the retry and every call beside it use it."""
+        """In memory at once: the retry and every call beside it use it.
+        (A fix for this call only, rules.ONCE, is not learnt.)"""
+        fixes = [f for f in fixes if f.kind not in rules.ONCE]
         now = self.clock()
         facts = self.facts.setdefault(channel.id, {})
         for f in fixes:
@@ -164,6 +166,7 @@ class Compat:
 
     def keep(self, channel_id: int, model: str, fixes: list[Fix]) -> None:
         """Write confirmed facts, in the background, and tell the other relays."""
+        fixes = [f for f in fixes if f.kind not in rules.ONCE]
         if fixes:
             self._spawn(self._save(channel_id, model, list(fixes)))
 

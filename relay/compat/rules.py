@@ -56,14 +56,22 @@ _FIELD_PATTERNS = [
     re.compile(r"Unrecognized request arguments? supplied: ([\w.]+(?:\s*,\s*[\w.]+)*)"),
 ]
 _LOC = re.compile(r"extra_forbidden['\"]\s*,\s*['\"]loc['\"]\s*:\s*[\(\[]([^\)\]]{1,300})[\)\]]")
+# Thinking made by another upstream (a conversation that moved from another
+# channel): its signatures are refused, or a tool loop lacks the thinking
+# block that must open it.  Not the channel's lack: taken out of this call only.
+_THINKING = re.compile(r"Invalid `?signature`? in `?thinking`? block|Expected `thinking` or "
+                       r"`redacted_thinking`|thinking block.{0,80}signature", re.I)
+ONCE = ("thinking",)
 _GEMINI = re.compile(r"Unknown name \\?\"([^\"\\]{1,100})\\?\"(?: at '([^']{1,200})')?: Cannot find field")
 
 
 @dataclass(frozen=True)
 class Fix:
     """One thing a channel refused: `kind` "beta" (an anthropic-beta value),
-    "field" (a body field, `name` its path with "*" for list indexes) or
-    "wire" (`name` the API the channel speaks instead: relay/compat/wire.py)."""
+    "field" (a body field, `name` its path with "*" for list indexes),
+    "wire" (`name` the API the channel speaks instead: relay/compat/wire.py)
+    or "thinking" (this call's history carries thinking the channel cannot
+    verify: the call goes without thinking; never remembered)."""
     kind: str
     name: str
     reason: str = ""
@@ -146,6 +154,8 @@ def refusals(status: int, body: bytes, headers: dict, sent: bytes | None) -> lis
     texts = _texts(body)
     reason = _reason(body)
     fixes: list[Fix] = []
+    if sent and any(_THINKING.search(t) for t in texts) and b'"thinking"' in sent:
+        return [Fix("thinking", "off", reason)]
     sent_betas = betas_of(headers)
     for name in _betas(texts):
         if name in sent_betas and all(f.name != name for f in fixes):
@@ -216,11 +226,37 @@ def betas_of(headers: dict) -> list[str]:
     return [b.strip() for b in str(value).split(",") if b.strip()]
 
 
+def without_thinking(doc: dict) -> bool:
+    """A Messages body with thinking off: no `thinking`, no thinking blocks in
+    its history, no context edit that clears thinking.  True if changed."""
+    changed = doc.pop("thinking", None) is not None
+    for m in doc.get("messages") or ():
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in (
+                "thinking", "redacted_thinking"))]
+            if len(kept) != len(content):
+                m["content"] = kept or [{"type": "text", "text": ""}]
+                changed = True
+    cm = doc.get("context_management")
+    if isinstance(cm, dict) and isinstance(cm.get("edits"), list):
+        edits = [e for e in cm["edits"] if not str((e or {}).get("type", "")).startswith(
+            "clear_thinking")]
+        if len(edits) != len(cm["edits"]):
+            changed = True
+            if edits:
+                cm["edits"] = edits
+            else:
+                doc.pop("context_management")
+    return changed
+
+
 def apply(req: UpstreamRequest, fixes: list[Fix]) -> UpstreamRequest:
     """The request with the refused betas and fields taken out (the same
     request when none of them is in it)."""
     betas = {f.name for f in fixes if f.kind == "beta"}
     fields = [path_of(f.name) for f in fixes if f.kind == "field"]
+    thinking = any(f.kind == "thinking" for f in fixes)
     headers, body = req.headers, req.body
     sent = betas_of(headers)
     if betas & set(sent):
@@ -228,12 +264,13 @@ def apply(req: UpstreamRequest, fixes: list[Fix]) -> UpstreamRequest:
         headers = {k: v for k, v in headers.items() if k.lower() != BETA_HEADER}
         if kept:
             headers[BETA_HEADER] = ",".join(kept)
-    if fields and isinstance(body, (bytes, bytearray)) and body:
+    if (fields or thinking) and isinstance(body, (bytes, bytearray)) and body:
         try:
             doc = json.loads(body)
         except ValueError:
             doc = None
-        if isinstance(doc, dict) and any([strip(doc, parts) for parts in fields]):
+        if isinstance(doc, dict) and any([strip(doc, parts) for parts in fields]
+                                         + [thinking and without_thinking(doc)]):
             body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
     if headers is req.headers and body is req.body:
         return req

@@ -25,7 +25,8 @@ log = logging.getLogger("relay.usage")
 # reader of a stored record goes through expand().
 DEFAULTS: dict[str, Any] = {**{f: 0 for f in USAGE_FIELDS
                                if f not in ("prompt_tokens", "completion_tokens")},
-                            "unpaid": 0, "estimated": False, "error": "", "service_tier": ""}
+                            "unpaid": 0, "estimated": False, "error": "", "service_tier": "",
+                            "session": ""}
 
 
 def stored(record: dict) -> dict:

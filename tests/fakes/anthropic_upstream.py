@@ -23,7 +23,8 @@ a signature this fake issued.
 What it answers (tests/fakes/agent_script.py): a tool call while tools
 are offered and the last user turn has no tool_result, then text quoting
 the tool result; else `fake.text`.  With thinking on, a thinking block
-comes first.  A stop sequence found in the text cuts it there (stop_reason
+comes first.  With `fake.caching` on, usage counts cache reads and writes
+per upstream key as Anthropic does (tests/fakes/prompt_cache.py).  A stop sequence found in the text cuts it there (stop_reason
 stop_sequence); max_tokens below the word count cuts it to that many words
 (stop_reason max_tokens).  Usage is `fake.usage`, or the body's
 `fake_usage` (only a pass-through body keeps that field).
@@ -45,6 +46,7 @@ from tornado.iostream import StreamClosedError
 
 from tests.fakes.agent_script import next_turn
 from tests.fakes.openai_upstream import FakeOpenAI
+from tests.fakes.prompt_cache import PromptCache
 from tests.fakes.server import reset_connection
 
 DEFAULT_TEXT = "Hello from the fake Anthropic upstream."
@@ -103,12 +105,18 @@ class _Base(tornado.web.RequestHandler):
             self.fake.flaky_count += 1
             if self.fake.flaky_count % 2 == 1:
                 return _err(self, 500, "api_error", "flaky failure")
+        self.key = key
         refusal = self.fake.refusal(key, h.get("anthropic-beta") or "", self.b)
         if refusal is not None:
             self.rec["refused"] = True
             self.set_status(400)
             self.set_header("Content-Type", "application/json")
             return self.finish(refusal)
+
+    def signature(self) -> str:
+        """What this upstream's signatures start with: with fake.signed_per_key
+        one account's signature is refused by another, as Anthropic does."""
+        return f"sig_fake_{self.key}" if self.fake.signed_per_key else "sig_fake"
 
     def problem(self, b: dict, need_max_tokens: bool = True) -> str | None:
         """What Anthropic would refuse in this body (its message), or None."""
@@ -137,7 +145,7 @@ class _Base(tornado.web.RequestHandler):
         for m in b["messages"]:
             for block in m.get("content") if isinstance(m.get("content"), list) else ():
                 if block.get("type") == "thinking" and \
-                        not str(block.get("signature", "")).startswith("sig_fake"):
+                        not str(block.get("signature", "")).startswith(self.signature()):
                     return "Invalid `signature` in `thinking` block"
         last = next((m for m in reversed(b["messages"]) if m.get("role") == "assistant"), None)
         content = last.get("content") if last else None
@@ -177,7 +185,8 @@ class MessagesHandler(_Base):
                          (b.get("tool_choice") or {}).get("type") != "none")
         blocks = []
         if _thinking_on(b):
-            blocks.append({"type": "thinking", "thinking": THINKING_TEXT, "signature": SIGNATURE})
+            blocks.append({"type": "thinking", "thinking": THINKING_TEXT,
+                           "signature": self.signature() + SIGNATURE[len("sig_fake"):]})
             if self.mode == "redacted":
                 blocks.append({"type": "redacted_thinking", "data": REDACTED})
         if turn.kind == "tool":
@@ -224,6 +233,9 @@ class MessagesHandler(_Base):
         blocks, stop, seq = self.plan(b)
         usage = dict(self.fake.usage)
         usage.update(b.get("fake_usage") or {})
+        if self.fake.caching:  # tests/fakes/prompt_cache.py: this account's own cache
+            usage.update(self.fake.prompt_cache.anthropic(self.key, b))
+            self.rec["cache"] = dict(usage)
         model = b.get("model", "")
         if not b.get("stream"):
             self.set_header("Content-Type", "application/json")
@@ -294,6 +306,10 @@ class FakeAnthropic(FakeOpenAI):
                       "cache_creation_input_tokens": 0}
         self.count_value = 4242
         self.tool_plan: dict | None = None
+        self.signed_per_key = False  # see _Base.signature()
+        # Prompt caching accounted per upstream key (tests/fakes/prompt_cache.py).
+        self.caching = False
+        self.prompt_cache = PromptCache()
         # api key -> {"betas": [...], "fields": [...], "wording": "anthropic" | "bedrock"}:
         # what an upstream behind that key refuses (an older Vertex, Bedrock or a reseller).
         self.refuses: dict[str, dict] = {}

@@ -37,6 +37,9 @@ reasoning models (o-series, gpt-5), as OpenAI does, and gpt-4o models refuse an
 output limit over 16384 tokens (openai_responses.model_refuses); a message containing CONTEXT_TOO_LONG gets
 the 400 context_length_exceeded error.
 
+With `fake.caching` on, chat usage counts cached prompt tokens per upstream
+key as OpenAI's automatic caching does (tests/fakes/prompt_cache.py).
+
 Tools follow the script in tests/fakes/agent_script.py: a tool call while
 tools are offered and the last message is not a tool result, then text
 quoting the result (`fake.tool_plan` picks the tool).
@@ -56,6 +59,7 @@ from tornado.iostream import StreamClosedError
 
 from tests.fakes import openai_responses as responses
 from tests.fakes.agent_script import next_turn
+from tests.fakes.prompt_cache import PromptCache
 from tests.fakes.server import ThreadedServer, reset_connection
 
 DEFAULT_TEXT = "Hello from the fake upstream."
@@ -159,6 +163,10 @@ class ChatHandler(_Base):
         # Every choice is generated and billed: the usage counts them all.
         usage = dict(prompt_tokens=10, completion_tokens=nchunks * n, cached_tokens=0)
         usage.update(b.get("fake_usage") or {})
+        if self.fake.caching:  # tests/fakes/prompt_cache.py: this account's own cache
+            key = self.request.headers.get("Authorization", "")[7:]
+            usage["prompt_tokens"], usage["cached_tokens"] = self.fake.prompt_cache.openai(key, msgs)
+            self.rec["cache"] = dict(usage)
         usage_doc = {"prompt_tokens": usage["prompt_tokens"],
                      "completion_tokens": usage["completion_tokens"],
                      "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
@@ -329,6 +337,9 @@ class FakeOpenAI(ThreadedServer):
         self.extra_handlers: list = []
         self.stored: dict[str, dict] = {}  # Responses kept with store (see openai_responses.py)
         self.tool_plan: dict | None = None  # which tool the script calls (agent_script)
+        # Automatic prompt caching accounted per upstream key (tests/fakes/prompt_cache.py).
+        self.caching = False
+        self.prompt_cache = PromptCache()
         # api key -> {"fields": [...]}: top-level fields the upstream behind that key refuses.
         self.refuses: dict[str, dict] = {}
 

@@ -58,6 +58,21 @@ class ThreadedServer:
         ready.wait(10)
         return self
 
+    def kill(self) -> None:
+        """Die as a crashed upstream does: the port refuses, and every open
+        connection (the relay's kept-alive ones too) is closed."""
+        if self._loop is None:
+            return
+
+        async def shutdown():
+            self._server.stop()
+            for conn in list(self._server._connections):
+                conn.stream.close()
+            self._loop.stop()
+        self._loop.add_callback(shutdown)
+        self._thread.join(5)
+        self._loop = None
+
     def stop(self) -> None:
         if self._loop is None:
             return

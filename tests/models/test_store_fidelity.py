@@ -838,6 +838,25 @@ def test_learned_facts_shapes(db):
     case(db, body)
 
 
+def test_session_placement_shapes(db):
+    """models/sessions.py (sticky sessions): bulk upserts by string _id with
+    $set, find_one by string _id, delete_many by a float `at`."""
+    from types import SimpleNamespace
+
+    from models.sessions import SessionStore
+
+    async def body(db):
+        s = SessionStore(SimpleNamespace(db=db))
+        await s.save([("a" * 32, 3, 10.5), ("b" * 32, 4, 20.0)])
+        await s.save([("a" * 32, 5, 30.25)])  # moved
+        assert await s.get("a" * 32) == (5, 30.25)
+        assert await s.get("b" * 32) == (4, 20.0)
+        assert await s.get("c" * 32) is None
+        assert await s.prune(25.0) == 1
+        assert await s.get("b" * 32) is None and await s.get("a" * 32) == (5, 30.25)
+    case(db, body)
+
+
 def test_every_known_deviation_names_a_raw_test():
     """A pin for a test that does not check it would pass unseen."""
     import inspect

@@ -151,3 +151,30 @@ def test_wire_refusals_follow_the_call_and_respect_the_operator():
     assert wire.refusal("chat", "openai", {"wire_api": "both"}, 404, nf).name == "responses"
     assert wire.refusal("responses", "openai", {}, 404, nf) is None  # bridged already
     assert wire.refusal("responses", "responses", {"wire_api": "responses"}, 404, nf) is None
+
+
+@pytest.mark.parametrize("message", [
+    "messages.1.content.0: Invalid `signature` in `thinking` block",
+    "messages: Expected `thinking` or `redacted_thinking`, but found `tool_use`. When "
+    "`thinking` is enabled, a final `assistant` message must start with a thinking block.",
+])
+def test_thinking_made_elsewhere_means_this_call_goes_without_thinking(message):
+    body = {"model": "m", "max_tokens": 2000, "thinking": {"type": "adaptive"},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015"},
+                                             {"type": "clear_tool_uses_20250919"}]},
+            "messages": [{"role": "user", "content": "q"},
+                         {"role": "assistant", "content": [
+                             {"type": "thinking", "thinking": "t", "signature": "x"},
+                             {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+                         {"role": "user", "content": [{"type": "tool_result",
+                                                       "tool_use_id": "t1", "content": "r"}]}]}
+    raw = json.dumps(body).encode()
+    got = rules.refusals(400, json.dumps({"type": "error", "error": {
+        "type": "invalid_request_error", "message": message}}).encode(), {}, raw)
+    assert [(f.kind, f.name) for f in got] == [("thinking", "off")]
+    out = json.loads(rules.apply(UpstreamRequest("POST", "u", {}, raw), got).body)
+    assert "thinking" not in out
+    assert out["context_management"] == {"edits": [{"type": "clear_tool_uses_20250919"}]}
+    assert out["messages"][1]["content"] == [body["messages"][1]["content"][1]]
+    # A body without thinking is no such case.
+    assert rules.refusals(400, message.encode(), {}, b'{"model": "m"}') == []

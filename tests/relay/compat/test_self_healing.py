@@ -20,13 +20,15 @@ from tests.helpers import ROOT, USER_PASSWORD, Api, RelayProcess, eventually
 from tests.vendor_env import PRICE
 
 FIXTURE = json.load(open(os.path.join(ROOT, "tests", "fixtures", "claude_code_requests.json")))
-FIRST = FIXTURE["requests"][0]
+FIRST, SECOND = FIXTURE["requests"][:2]
 SCOPE = "prompt-caching-scope-2026-01-05"
 
 
 @pytest.fixture(scope="module")
 def env(relay, admin):
-    fakes = {"anthropic": FakeAnthropic().start(), "openai": FakeOpenAI().start()}
+    fakes = {"anthropic": FakeAnthropic().start(), "openai": FakeOpenAI().start(),
+             "signed": FakeAnthropic().start()}
+    fakes["signed"].signed_per_key = True
     name = "heal" + uuid.uuid4().hex[:6]
     admin.create_user(name, quota=10 ** 12)
     user = Api.login(relay.url, name, USER_PASSWORD)
@@ -36,12 +38,13 @@ def env(relay, admin):
         f.stop()
 
 
-def channel(env, kind: str, refuses: dict) -> tuple[dict, str, str]:
+def channel(env, fake_name: str, refuses: dict) -> tuple[dict, str, str]:
     """A channel of its own (its own upstream key, so its own refusals) for a
     model of its own."""
     key, model = "sk-" + uuid.uuid4().hex[:12], "m-" + uuid.uuid4().hex[:8]
-    fake = env["fakes"][kind]
+    fake = env["fakes"][fake_name]
     fake.refuses[key] = refuses
+    kind = "openai" if fake_name == "openai" else "anthropic"
     ch = env["admin"].create_channel(fake.url, [model], name=model, type=kind, key=key)
     env["admin"].set_price(model, **PRICE)
     return ch, key, model
@@ -53,12 +56,12 @@ def sent_with(fake, key: str) -> list[dict]:
 
 
 def claude_code(env, model: str, base: str | None = None, extra_beta: str = "",
-                examples: bool = False) -> requests.Response:
-    body = copy.deepcopy(FIRST["body"])
+                examples: bool = False, rec: dict = FIRST) -> requests.Response:
+    body = copy.deepcopy(rec["body"])
     body["model"] = model
     if examples:
         body["tools"][0]["input_examples"] = [{"description": "an example"}]
-    headers = dict(FIRST["headers"], **{"x-api-key": env["token"]["key"]})
+    headers = dict(rec["headers"], **{"x-api-key": env["token"]["key"]})
     if extra_beta:
         headers["Anthropic-Beta"] += "," + extra_beta
     r = requests.post(f"{base or env['relay'].url}/v1/messages?beta=true", json=body,
@@ -224,3 +227,38 @@ def _other_serves(env, other, model):
     r = requests.get(other.url + "/v1/models", timeout=10,
                      headers={"Authorization": f"Bearer {env['token']['key']}"})
     assert model in [m["id"] for m in r.json()["data"]]
+
+
+def test_thinking_from_another_channel_goes_without_thinking_once(env):
+    """A conversation that moved here from a converted channel, in a tool
+    loop: its last assistant turn has no thinking block, which Anthropic
+    refuses with thinking on.  The call goes again without thinking (this
+    call only: nothing is learnt, the channel does take thinking)."""
+    fake = env["fakes"]["anthropic"]
+    ch, key, model = channel(env, "anthropic", {})
+    moved = copy.deepcopy(SECOND)
+    moved["body"]["messages"][2]["content"] = [
+        b for b in moved["body"]["messages"][2]["content"] if b["type"] != "thinking"]
+    for n in (2, 4):
+        r = claude_code(env, model, rec=moved)
+        assert r.status_code == 200, r.text
+        sent = sent_with(fake, key)
+        assert len(sent) == n and "thinking" in sent[-2]["body"]
+        assert "thinking" not in sent[-1]["body"]
+        assert "clear_thinking" not in json.dumps(sent[-1]["body"].get("context_management"))
+        assert sent[-1]["body"]["messages"][3] == moved["body"]["messages"][3]
+    assert learned(env, ch) == []
+
+
+def test_signatures_of_another_account_go_without_thinking(env):
+    fake = env["fakes"]["signed"]
+    ch, key, model = channel(env, "signed", {})
+    r = claude_code(env, model, rec=SECOND)  # signed by another account: refused
+    assert r.status_code == 200, r.text
+    sent = sent_with(fake, key)
+    assert len(sent) == 2 and "thinking" in sent[0]["body"] and "thinking" not in sent[1]["body"]
+    assert all(b["type"] != "thinking" for m in sent[1]["body"]["messages"]
+               for b in (m["content"] if isinstance(m["content"], list) else ()))
+    # Its own signatures it takes: a turn signed here goes through as it is.
+    first = claude_code(env, model)
+    assert first.status_code == 200 and f"sig_fake_{key}" in first.text
