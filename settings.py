@@ -81,6 +81,11 @@ class Settings:
     stream_drain_seconds: float = 60.0
     # MB of such a stream read on for its usage at most (see stream_drain_seconds).
     stream_drain_mb: int = 4
+    # Serve the Responses API over a WebSocket (GET /v1/responses upgraded, as Codex CLI asks
+    # for it); off, the upgrade gets 426 and clients fall back to HTTP at once.
+    responses_websocket: bool = True
+    # Most Responses WebSockets open at once in one relay process (426 past it).
+    responses_websocket_max: int = 5000
     # Seconds a conversation stays with the channel that served it while idle (sticky sessions:
     # prompt caches are per upstream account); 0 spreads every call by weight.
     sticky_session_ttl: float = 3600

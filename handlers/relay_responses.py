@@ -1,6 +1,7 @@
 """OpenAI Responses API routes (OpenAI error bodies; also without /v1):
 
     POST   /v1/responses                      create (streamed or not)
+    GET    /v1/responses (WebSocket upgrade)  create over a socket (relay_responses_ws.py)
     GET    /v1/responses/{id}                 retrieve
     DELETE /v1/responses/{id}                 delete
     POST   /v1/responses/{id}/cancel          cancel (background responses)
@@ -11,6 +12,8 @@
 from __future__ import annotations
 
 from handlers.relay_base import RelayHandler
+from handlers.relay_responses_ws import default_handlers as socket_handlers
+from relay.errors import RelayError
 from relay.faces import responses as face
 from relay.money import tokenizer
 
@@ -29,6 +32,15 @@ class _Responses(RelayHandler):
 
 class CreateHandler(_Responses):
     compact = False
+
+    async def get(self) -> None:
+        """A GET without the WebSocket upgrade (relay_responses_ws.py serves
+        the upgraded one): 426, naming what this path takes."""
+        err = RelayError(426, "GET /v1/responses is the Responses API over a WebSocket: send "
+                              "the upgrade, or POST /v1/responses.", "invalid_request_error",
+                         "upgrade_required")
+        err.headers["Upgrade"] = "websocket"
+        raise err
 
     async def post(self) -> None:
         auth = await self.auth()
@@ -85,7 +97,7 @@ class InputTokensHandler(_Responses):
 
 
 _R = r"(?:/v1)?/responses"
-default_handlers = [
+default_handlers = socket_handlers + [
     (_R + r"/?", CreateHandler),
     (_R + r"/input_tokens/?", InputTokensHandler),
     (_R + r"/compact/?", CompactHandler),

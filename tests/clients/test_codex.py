@@ -3,6 +3,13 @@ relay: `codex exec` with its own CODEX_HOME in a temp folder and a model
 provider pointing at the relay, through a channel of each kind (OpenAI
 Responses passed through; chat-only OpenAI, Anthropic and Gemini bridged).
 
+Every channel has default settings: the chat-only one is learnt to be so
+from its 404 on the first call (relay/compat/wire.py), and the hosted tools
+Codex offers (web_search, tool_search) are left out where they cannot run;
+Codex's config names only the relay's base URL and key.  Codex also runs
+over the relay's Responses WebSocket (`supports_websockets = true`), and
+falls back to HTTP at once where the relay answers 426.
+
 In every run the model (a fake playing tests/fakes/agent_script.py) asks for
 Codex's shell tool to print a file holding a random secret; Codex runs it,
 sends the output back, and its final answer carries the secret.  The
@@ -36,11 +43,9 @@ FIXTURE = os.path.join(ROOT, "tests", "fixtures", "codex_request.json")
 # channel -> (type, fake name, base mode, options, usage per upstream call)
 CHANNELS = {
     "codex-responses": ("openai", "openai", None, {}, (30, 6, 10)),
-    "codex-chat": ("openai", "openai", "chatonly", {"wire_api": "chat"}, (10, 3, 0)),
+    "codex-chat": ("openai", "openai", "chatonly", {}, (10, 3, 0)),
     "codex-anthropic": ("anthropic", "anthropic", None, {}, (25, 7, 4)),
-    # Codex's default web_search tool is dropped here by the channel's option;
-    # the other bridged runs turn it off in config.toml instead.
-    "codex-gemini": ("gemini", "gemini", None, {"drop_hosted_tools": True}, (12, 5, 3)),
+    "codex-gemini": ("gemini", "gemini", None, {}, (12, 5, 3)),
 }
 
 if not os.path.exists(CODEX):
@@ -65,34 +70,34 @@ def env(relay, admin):
         f.stop()
 
 
-def config(base_url: str, model: str, web_search: bool, effort: str | None = None) -> str:
+def config(base_url: str, model: str, effort: str | None = None, socket: bool = False) -> str:
     return "\n".join([
         f'model = "{model}"', 'model_provider = "relay"', 'approval_policy = "never"',
         *([f'model_reasoning_effort = "{effort}"'] if effort else []),
         'sandbox_mode = "danger-full-access"', "check_for_update_on_startup = false",
-        *([] if web_search else ['web_search = "disabled"']),
         "[analytics]", "enabled = false", "[feedback]", "enabled = false",
         "[otel]", 'exporter = "none"',
         # Plugins sync a marketplace from GitHub: off, like every other
         # non-essential call.
         "[features]", "plugins = false", "remote_plugin = false",
         "[model_providers.relay]", 'name = "relay"', f'base_url = "{base_url}/v1"',
-        'env_key = "RELAY_TEST_KEY"', 'wire_api = "responses"', ""])
+        'env_key = "RELAY_TEST_KEY"', 'wire_api = "responses"',
+        *(["supports_websockets = true"] if socket else []), ""])
 
 
-def run_codex(env, tmp_path, model: str, web_search: bool, base_url: str = "",
-              key: str = "", effort: str | None = None) -> tuple[dict, str, str]:
+def run_codex(env, tmp_path, model: str, base_url: str = "", key: str = "",
+              effort: str | None = None, socket: bool = False) -> tuple[dict, str, str]:
     tok = {} if key else env["user"].create_token(name="codex", remain_quota=10 ** 10)
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
     secret = "SECRET-" + secrets.token_hex(8)
     (work / "secret.txt").write_text(secret + "\n")
-    (home / "config.toml").write_text(config(base_url or env["relay"].url, model, web_search,
-                                             effort))
+    (home / "config.toml").write_text(config(base_url or env["relay"].url, model, effort,
+                                             socket))
     proc_env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "CODEX"))}
     proc_env.update(env["proxy"].env(), CODEX_HOME=str(home), RELAY_TEST_KEY=key or tok["key"],
-                    HOME=str(tmp_path), NO_COLOR="1")
+                    HOME=str(tmp_path), NO_COLOR="1", RUST_LOG="codex_api=info")
     proc = subprocess.run([CODEX, "exec", "--strict-config", "--skip-git-repo-check",
                            "Print the contents of secret.txt using the shell tool."],
                           cwd=work, env=proc_env, stdin=subprocess.DEVNULL,
@@ -129,12 +134,17 @@ def test_codex_tool_round_trip(env, tmp_path, model):
     fake = env["fakes"][fake_name]
     since = len(fake.requests)
     before = len(env["proxy"].attempts)
-    web_search = model in ("codex-responses", "codex-gemini")
     # Through Anthropic with a reasoning effort: thinking on the first turn.
     effort = "high" if model == "codex-anthropic" else None
-    tok, secret, output = run_codex(env, tmp_path, model, web_search, effort=effort)
+    tok, secret, output = run_codex(env, tmp_path, model, effort=effort)
     assert secret in output, output[-3000:]
     sent = fake.requests[since:]
+    billed = len(sent)
+    if model == "codex-chat":
+        # Learnt from the first call's 404, which is bridged at once: from
+        # then on every call goes straight to chat.
+        assert sent[0]["path"] == "/mode/chatonly/v1/responses"
+        sent, billed = sent[1:], billed - 1
     assert len(sent) >= 2  # the tool call, then the answer with its output
     if model == "codex-responses":
         assert all(r["path"] == "/v1/responses" for r in sent)
@@ -143,6 +153,7 @@ def test_codex_tool_round_trip(env, tmp_path, model):
         assert "web_search" in [t["type"] for t in sent[0]["body"]["tools"]]
     elif model == "codex-chat":
         assert all(r["path"].endswith("/chat/completions") for r in sent)
+        assert all("web_search" not in json.dumps(r["body"].get("tools")) for r in sent)
         assert sent[-1]["body"]["messages"][-1]["role"] == "tool"
         assert secret in sent[-1]["body"]["messages"][-1]["content"]
     elif model == "codex-anthropic":
@@ -151,7 +162,45 @@ def test_codex_tool_round_trip(env, tmp_path, model):
         assert "thinking" not in sent[-1]["body"]
         assert secret in json.dumps(sent[-1]["body"]["messages"][-1]["content"])
     assert env["proxy"].attempts[before:] == [], env["proxy"].attempts
-    check_billing(env, tok, usage, len(sent))
+    check_billing(env, tok, usage, billed)
+
+
+@pytest.mark.parametrize("model", ["codex-responses", "codex-anthropic"])
+def test_codex_over_the_responses_websocket(env, tmp_path, model):
+    """Codex with supports_websockets: one socket, each response.create a
+    billed call; the second continues the first by previous_response_id and
+    the upstream still sees the whole conversation."""
+    fake = env["fakes"][CHANNELS[model][1]]
+    since = len(fake.requests)
+    tok, secret, output = run_codex(env, tmp_path, model, socket=True)
+    assert secret in output, output[-3000:]
+    assert "successfully connected to Responses WebSocket" in output, output[-3000:]
+    sent = fake.requests[since:]
+    assert len(sent) >= 2
+    if model == "codex-responses":
+        assert all(r["path"] == "/v1/responses" and "previous_response_id" not in r["body"]
+                   for r in sent)
+        assert any(i.get("type") == "function_call_output" and secret in str(i.get("output"))
+                   for i in sent[-1]["body"]["input"])
+    else:
+        assert secret in json.dumps(sent[-1]["body"]["messages"][-1]["content"])
+    check_billing(env, tok, CHANNELS[model][4], len(sent))
+
+
+def test_codex_falls_back_to_http_at_once_on_426(env, tmp_path, fresh_relay):
+    relay = fresh_relay(args=["--responses-websocket", "false"])
+    admin = Api.login(relay.url)
+    admin.create_channel(env["fakes"]["openai"].url, ["codex-fallback"], name="fb")
+    admin.set_price("codex-fallback", **PRICE)
+    admin.create_user("fallback", quota=10 ** 12)
+    key = Api.login(relay.url, "fallback", USER_PASSWORD).create_token(
+        name="k", remain_quota=10 ** 10)["key"]
+    _, secret, output = run_codex(env, tmp_path, "codex-fallback", base_url=relay.url, key=key,
+                                  socket=True)
+    assert secret in output
+    assert "successfully connected to Responses WebSocket" not in output
+    # One refused upgrade, then HTTP: no reconnect loop.
+    assert relay.log().count("426 GET /v1/responses") == 1, relay.log()[-3000:]
 
 
 def test_codex_request_shape(env, tmp_path):
@@ -160,7 +209,7 @@ def test_codex_request_shape(env, tmp_path):
     fails here, and the fixture is rewritten for review."""
     fake = env["fakes"]["openai"]
     since = len(fake.requests)
-    _, secret, output = run_codex(env, tmp_path, "gpt-test", True, fake.url, "sk-direct")
+    _, secret, output = run_codex(env, tmp_path, "gpt-test", fake.url, "sk-direct")
     assert secret in output
     rec = fake.requests[since]
     body = rec["body"]
@@ -205,17 +254,16 @@ def test_codex_freeform_apply_patch_through_a_bridge(env, tmp_path):
     lark grammar.  Through an Anthropic channel the model's tool_use comes
     back to Codex as a custom_tool_call, Codex applies the patch in its
     workspace and sends a custom_tool_call_output, which reaches the upstream
-    as the tool_result.  (Codex also sends a client-run tool_search tool:
-    the channel drops it by option.)"""
+    as the tool_result.  (Codex also offers a client-run tool_search tool,
+    which only OpenAI's models call: left out.)"""
     admin, fake = env["admin"], env["fakes"]["anthropic"]
     admin.create_channel(fake.url, ["gpt-5.5"], name="codex-freeform", type="anthropic",
-                         options={"drop_hosted_tools": True},
                          model_mapping={"gpt-5.5": "claude-upstream"})
     admin.set_price("gpt-5.5", **PRICE)
     since = len(fake.requests)
     fake.tool_plan = {"name": "apply_patch", "input": {"input": FREEFORM_PATCH}}
     try:
-        tok, _, output = run_codex(env, tmp_path, "gpt-5.5", False)
+        tok, _, output = run_codex(env, tmp_path, "gpt-5.5")
     finally:
         fake.tool_plan = None
     assert (tmp_path / "work" / "hello.txt").read_text() == "Hello from a freeform patch\n", \
