@@ -14,6 +14,8 @@ speaks Responses takes the client's body as it is).  Tools, custom
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import time
 from typing import Any
@@ -36,6 +38,35 @@ KNOWN_ITEMS = frozenset({
     "mcp_approval_request", "mcp_approval_response", "mcp_call", "custom_tool_call_output",
     "custom_tool_call", "compaction_trigger", "item_reference", "program", "program_output"})
 ROLES = ("user", "assistant", "system", "developer")
+# A compaction made on the bridge carries its summary readably, behind this
+# mark, in the item's encrypted_content (OpenAI's own are opaque).
+SUMMARY_MARK = "relay-summary:"
+
+
+# ---- compactions on the bridge --------------------------------------------
+def compaction_item(summary: str) -> dict:
+    """The one output item of a compaction made on the bridge."""
+    return {"id": new_id("cmp_"), "type": "compaction",
+            "encrypted_content": SUMMARY_MARK + base64.b64encode(summary.encode()).decode()}
+
+
+def summary_of(item: dict) -> str | None:
+    """The summary in a compaction item made on the bridge; None for another's."""
+    sealed = item.get("encrypted_content")
+    if not isinstance(sealed, str) or not sealed.startswith(SUMMARY_MARK):
+        return None
+    try:
+        return base64.b64decode(sealed[len(SUMMARY_MARK):], validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def wants_compaction(doc: dict) -> bool:
+    """A call whose last input item is a compaction_trigger (Codex's newer
+    compaction: an ordinary /v1/responses call answered by one compaction item)."""
+    items = items_of(doc)
+    return bool(items) and isinstance(items[-1], dict) and \
+        items[-1].get("type") == "compaction_trigger"
 
 
 # ---- usage -----------------------------------------------------------------
@@ -244,6 +275,10 @@ def _messages(items: list, problems: list) -> list[dict]:
                         "content": _tool_output(item.get("output"))})
         elif kind == "reasoning":
             continue  # opaque to other vendors (encrypted or summarised); dropped
+        elif kind == "compaction_trigger":
+            continue  # the call is a compaction (relay/faces/responses.continue_from)
+        elif kind == "compaction" and summary_of(item) is not None:
+            out.append({"role": "user", "content": summary_of(item)})
         else:
             problems.append(f"input item '{kind}'")
     return out

@@ -19,9 +19,9 @@ chunks for chat, Anthropic and Gemini clients.
 from __future__ import annotations
 
 from relay.convert.common import chunk, error_chunk, new_id, usage_chunk
-from relay.convert.responses import (billed_usage, chat_usage_from_doc, finish_status,
-                                     message_item, output_text, reasoning_item, usage_doc,
-                                     usage_doc_from_chat)
+from relay.convert.responses import (billed_usage, chat_usage_from_doc, compaction_item,
+                                     finish_status, message_item, output_text, reasoning_item,
+                                     usage_doc, usage_doc_from_chat)
 from relay.convert.responses_tools import ToolNames, call_item, custom_input
 from relay.convert.responses_upstream import chat_finish
 
@@ -37,8 +37,13 @@ class ChunksToEvents:
     .response_shell); `names` maps the chat functions back to the request's
     tools (namespaced and custom ones)."""
 
-    def __init__(self, shell: dict, names: ToolNames, prompt_tokens: int = 0):
+    def __init__(self, shell: dict, names: ToolNames, prompt_tokens: int = 0,
+                 compaction: bool = False):
         self.response = dict(shell)
+        # A compaction (a call ending in a compaction_trigger): the model's
+        # text is its summary, answered as one compaction item at the end.
+        self.compaction = compaction
+        self.summary: list[str] = []
         self.names = names
         self.prompt_tokens = prompt_tokens
         self.seq = 0
@@ -144,7 +149,9 @@ class ChunksToEvents:
                     out += self._open(reasoning_item("", new_id("rs_")))
                 out.append(self._delta("response.reasoning_summary_text.delta",
                                        delta["reasoning_content"]))
-            if delta.get("content"):
+            if delta.get("content") and self.compaction:
+                self.summary.append(delta["content"])
+            elif delta.get("content"):
                 if (self.open or {}).get("type") != "message":
                     out += self._open(message_item("", new_id("msg_"), "in_progress"))
                 out.append(self._delta("response.output_text.delta", delta["content"]))
@@ -173,6 +180,12 @@ class ChunksToEvents:
             return []
         out = [] if self.started else self._start()
         out += self._close()
+        if self.compaction:
+            item = compaction_item("".join(self.summary))
+            index = len(self.output)
+            self.output.append(item)
+            out += [self._ev("response.output_item.added", output_index=index, item=item),
+                    self._ev("response.output_item.done", output_index=index, item=item)]
         self.done = True
         status, details = finish_status(self.finish)
         usage = usage_doc_from_chat(self.usage) or usage_doc(self.prompt_tokens, 0)

@@ -26,6 +26,8 @@ from relay.faces.openai import load_json, require_model
 
 FAMILY = "openai"  # the error body
 FACE = "responses"
+# Problems (relay/convert/responses_tools.py) a call without tools no longer has.
+TOOL_PROBLEMS = ("hosted tool", "OpenAI built-in tool", "tool_choice", "tool '")
 
 
 def parse_create(request_id: str, raw: bytes, headers=None, compact: bool = False) -> Call:
@@ -57,10 +59,19 @@ def parse_create(request_id: str, raw: bytes, headers=None, compact: bool = Fals
 
 def continue_from(call: Call, history: list) -> None:
     """(Re)build the canonical body, with the items of the conversation the
-    call continues (a response stored here) before its own input."""
+    call continues (a response stored here) before its own input.  A call
+    ending in a compaction_trigger item is, on the bridge, a compaction
+    like /v1/responses/compact: the model summarises (with no tools), and
+    the answer is one compaction item carrying that summary."""
     bridge = converted(conv.request_to_chat, call.native_body, history)
-    if call.endpoint == "responses_compact":
+    trigger = call.endpoint == "responses" and conv.wants_compaction(call.native_body)
+    if call.endpoint == "responses_compact" or trigger:
         bridge.body["messages"].append({"role": "user", "content": COMPACT_PROMPT})
+    if trigger:
+        call.extra["compaction"] = True
+        for key in ("tools", "tool_choice", "parallel_tool_calls"):
+            bridge.body.pop(key, None)
+        bridge.problems = [p for p in bridge.problems if not p.startswith(TOOL_PROBLEMS)]
     call.body = bridge.body
     call.extra["bridge"] = bridge
     # Files and images by id or URL that the bridge could not carry still
@@ -94,7 +105,8 @@ class StreamWriter:
     def __init__(self, call: Call):
         self.call = call
         self.conv = ChunksToEvents(_shell(call), call.extra["bridge"].names,
-                                   int(call.extra.get("prompt_tokens", 0)))
+                                   int(call.extra.get("prompt_tokens", 0)),
+                                   compaction=bool(call.extra.get("compaction")))
         self.passthrough = False
 
     def write(self, chunk: Chunk) -> bytes:
@@ -144,6 +156,10 @@ def render(call: Call, doc: dict) -> dict:
     if "response" in call.extra:  # rendered already, to be stored
         return call.extra["response"]
     resp = conv.response_from_chat(doc, _shell(call), call.extra["bridge"].names)
+    if call.extra.get("compaction"):
+        summary = conv.text_of(((doc.get("choices") or [{}])[0].get("message") or {}).get(
+            "content"))
+        resp["output"] = [conv.compaction_item(summary)]
     call.extra["response"] = resp
     return resp
 

@@ -20,7 +20,8 @@ model that does not reason and, on gpt-4o, `max_output_tokens` over 16384
 The answer follows tests/fakes/agent_script.py: a function call while
 function tools are offered and no function_call_output follows the last
 user message (`fake.tool_plan` picks it; else Codex's exec_command reads the
-secret file, else the first tool), then text quoting the output; otherwise
+secret file, else the first tool), then text quoting the output; a call whose last input item is a
+compaction_trigger gets one compaction item; otherwise
 text (`fake_text` in metadata, else the default).  A custom (freeform) tool
 is called with a custom_tool_call whose input is the plan's "input" string,
 streamed as response.custom_tool_call_input.delta pieces and .done.  A reasoning item comes
@@ -166,6 +167,9 @@ def plan(doc: dict, fake) -> list[dict]:
     """The output items of this turn (finished)."""
     meta = doc.get("metadata") or {}
     items = history(doc, fake)
+    if items and isinstance(items[-1], dict) and items[-1].get("type") == "compaction_trigger":
+        # Codex's newer compaction: the answer is one opaque compaction item.
+        return [{"id": _id("cmp_"), "type": "compaction", "encrypted_content": "gAAAAcompacted"}]
     out = []
     if meta.get("fake_reasoning"):
         out.append({"id": _id("rs_"), "type": "reasoning", "summary": [
@@ -271,6 +275,8 @@ def events(doc: dict, resp: dict) -> list[tuple[str, dict]]:
                                                                      text=text)))
             evs.append(("response.reasoning_summary_part.done", dict(
                 base, summary_index=0, part=dict(part, text=text))))
+        elif item["type"] == "compaction":
+            evs.append(("response.output_item.added", {"output_index": n, "item": item}))
         elif item["type"] == "custom_tool_call":
             raw = item["input"]
             evs.append(("response.output_item.added", {"output_index": n, "item": dict(

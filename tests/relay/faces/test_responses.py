@@ -294,6 +294,53 @@ def test_compact_and_input_tokens(env):
     assert len(env.logs(tok["id"], 2)) == 2  # counting is not billed
 
 
+TRIGGERED = [{"role": "user", "content": "Build it."},
+             {"role": "assistant", "content": [{"type": "output_text", "text": "Done."}]},
+             {"type": "compaction_trigger"}]
+
+
+def test_a_compaction_trigger_passes_through(env):
+    tok = env.token()
+    r = post(env, tok, {"model": "resp-model", "input": TRIGGERED, "store": False})
+    assert r.status_code == 200, r.text
+    assert [o["type"] for o in r.json()["output"]] == ["compaction"]
+    assert env.openai.requests[-1]["body"]["input"][-1] == {"type": "compaction_trigger"}
+    check(env, tok, (30, 6, 10))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_compaction_trigger_on_the_bridge_is_answered_as_compact_does(env, stream):
+    """One compaction item carrying the model's summary (asked for as
+    /v1/responses/compact asks, without tools); sent back in the next call,
+    it reaches a chat channel as that summary."""
+    tok = env.token()
+    fake = env.anthropic
+    body = {"model": "anthropic-model", "input": TRIGGERED, "tools": TOOLS, "store": False}
+    if stream:
+        oc = client(env, tok)
+        events, final = streamed(oc, **{k: v for k, v in body.items()})
+        items = [o.model_dump() for o in final.output]
+        kinds = [e.type for e in events]
+        assert "response.output_text.delta" not in kinds
+        assert kinds[-3:] == ["response.output_item.added", "response.output_item.done",
+                              "response.completed"]
+    else:
+        r = post(env, tok, body)
+        assert r.status_code == 200, r.text
+        items = r.json()["output"]
+    assert [i["type"] for i in items] == ["compaction"]
+    sent = fake.requests[-1]["body"]
+    assert "tools" not in sent and "Summarise the conversation" in json.dumps(
+        sent["messages"][-1])
+    check(env, tok, BRIDGES["anthropic-model"][1])
+    # The next turn starts from the compaction: the upstream reads its summary.
+    r = post(env, tok, {"model": "anthropic-model", "store": False,
+                        "input": [items[0], {"role": "user", "content": "Go on."}]})
+    assert r.status_code == 200, r.text
+    first = fake.requests[-1]["body"]["messages"][0]
+    assert first["role"] == "user" and fake.text in json.dumps(first["content"])
+
+
 # ---- bad input ----------------------------------------------------------------
 @pytest.mark.parametrize("model", ["resp-model", "anthropic-model"])
 def test_bad_input_gets_openai_errors(env, model):
