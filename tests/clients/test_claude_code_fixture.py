@@ -133,3 +133,49 @@ def test_fixture_round_trip_through_each_channel_type(env, kind):
                       headers=_client_headers(FIRST, tok["key"]))
     assert r.status_code == 200 and r.json()["input_tokens"] > 0
     assert len(env.logs(tok["id"], 2)) == 2
+
+
+# ---- the current betas, end to end ----------------------------------------------------
+SCOPE = "prompt-caching-scope-2026-01-05"
+
+
+def _with_current_betas(rec: dict) -> dict:
+    """The recorded turn with everything the newest betas add: a context
+    management edit (it has one), a tool's input_examples and deferred
+    loading, cache_control with a scope and a TTL, and the signed thinking
+    block of the tool loop (SECOND has it)."""
+    rec = copy.deepcopy(rec)
+    b = rec["body"]
+    b["tools"][0]["input_examples"] = [{"description": "find the notes"}]
+    b["tools"][1]["defer_loading"] = True
+    b["system"][-1]["cache_control"] = {"type": "ephemeral", "ttl": "1h", "scope": "global"}
+    rec["headers"]["Anthropic-Beta"] += f",{SCOPE}"
+    return rec
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai", "gemini"])
+def test_current_betas_pass_through_or_convert_cleanly(env, kind):
+    """On an Anthropic channel they all arrive as sent; elsewhere nothing of
+    them reaches an upstream that would refuse it, and the call works."""
+    tok = env.token()
+    fake = env.fakes[kind]
+    model = "claude-opus-5-5" if kind == "anthropic" else env.models[kind]
+    rec = _with_current_betas(SECOND)
+    fake.tool_plan = {"name": "Read", "input": {"file_path": "/run/workspace/notes.txt"}}
+    try:
+        events = _replay(env, rec, model, tok["key"])
+    finally:
+        fake.tool_plan = None
+    assert events[-1][0] == "message_stop"
+    sent = fake.requests[-1]
+    if kind == "anthropic":
+        assert sent["body"] == dict(rec["body"], model=model)
+        assert SCOPE in sent["headers"]["Anthropic-Beta"]
+        thinking = sent["body"]["messages"][2]["content"][0]
+        assert thinking["type"] == "thinking" and thinking["signature"].startswith("sig_fake")
+    else:
+        text = json.dumps(sent["body"])
+        for gone in ("input_examples", "defer_loading", "cache_control", "context_management",
+                     "signature", "clear_thinking"):
+            assert gone not in text, gone
+        assert not any(h.lower().startswith("anthropic") for h in sent["headers"])
