@@ -64,6 +64,7 @@ HANDLER_MODULES = [
     "handlers.api_channel",
     "handlers.api_admin",
     "handlers.api_log",
+    "handlers.api_cache",
     "handlers.api_notify",
     "handlers.openapi",
     "handlers.console",

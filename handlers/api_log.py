@@ -8,14 +8,16 @@ from relay.money.usage import expand
 
 # Every usage component (relay/pricing.USAGE_FIELDS) is shown and exported.
 FIELDS = ("user_id", "username", "token_id", "token_name", "group", "model", "upstream_model",
-          "channel_id", "endpoint", "session", *USAGE_FIELDS, "service_tier", "cost", "quota",
-          "unpaid", "estimated",
+          "channel_id", "endpoint", "session", *USAGE_FIELDS, "service_tier", "cache_saved",
+          "cache_unread", "cost", "quota", "unpaid", "estimated",
           "duration_ms", "ttfb_ms", "status", "stream", "client_ip", "billing_mode", "error",
           "created_at")
 
 
-# Summed in the totals and in the CSV export's last row.
-TOTALS = ("quota", "cost", "unpaid", "prompt_tokens", "completion_tokens")
+# Summed in the totals and in the CSV export's last row; the cache's figures
+# give a filter's cache health (README "Cache health").
+TOTALS = ("quota", "cost", "unpaid", "prompt_tokens", "completion_tokens", "cached_tokens",
+          "cache_write_5m_tokens", "cache_write_1h_tokens", "cache_saved", "cache_unread")
 
 
 def log_view(d: dict, admin: bool) -> dict:

@@ -28,6 +28,9 @@ from notify import words
 log = logging.getLogger("relay.notify")
 
 WARNINGS = ("user_quota_warning", "key_quota_warning")
+# About one key, throttled like a warning, for the subscriptions watching it
+# (notify/cache_watch.py raises the one there is).
+KEY_ALERTS = ("key_cache_collapse",)
 WINDOW = 3600  # at most one warning per subject in any 60 minutes
 
 
@@ -74,11 +77,21 @@ class Events:
         """A balance crossed a threshold: raise the warning unless its subject
         had one in the last 60 minutes (in any process); False if throttled."""
         subject = user_id if etype == "user_quota_warning" else token_id
+        return await self._throttled(etype, subject, {"user_id": user_id, "token_id": token_id,
+                                                      "balance": int(balance)})
+
+    async def raise_key_alert(self, etype: str, user_id: int, token_id: int,
+                              payload: dict) -> bool:
+        """An alert about a key (KEY_ALERTS), at most one per key in any 60
+        minutes across all processes; False if throttled."""
+        return await self._throttled(etype, token_id, dict(payload, user_id=user_id,
+                                                           token_id=token_id))
+
+    async def _throttled(self, etype: str, subject, payload: dict) -> bool:
         now = self.clock()
         key = f"{etype}:{subject}"
         fields = {"type": etype, "occurrence": f"{key}@{int(now * 1000)}", "created_at": now,
-                  "fanned_out": False,
-                  "payload": {"user_id": user_id, "token_id": token_id, "balance": int(balance)}}
+                  "fanned_out": False, "payload": payload}
         doc = await self.db.notify_events.find_one_and_update(
             {"_id": key, "created_at": {"$lte": now - WINDOW}, "fanned_out": True},
             {"$set": fields}, return_document=ReturnDocument.AFTER)
@@ -103,7 +116,7 @@ class Events:
                                               {"username": 1, "language": 1}):
                 users[u["_id"]] = u
         key_name = ""
-        if etype == "key_quota_warning":
+        if etype == "key_quota_warning" or etype in KEY_ALERTS:
             tok = await self.db.tokens.find_one({"_id": p["token_id"]}, {"name": 1})
             key_name = (tok or {}).get("name", "")
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(event["created_at"]))
@@ -112,7 +125,8 @@ class Events:
         occurrence = event.get("occurrence") or event["_id"]
         for s in subs:
             user = users.get(s["user_id"], {})
-            lang = words.language(user) if etype in WARNINGS else ""  # the rest stays as written
+            # The rest stays as written.
+            lang = words.language(user) if etype in WARNINGS + KEY_ALERTS else ""
             title, content, threshold = self._text(etype, p, s, key_name, lang)
             docs.append({
                 "_id": f"{occurrence}|{s['_id']}", "event_id": occurrence, "sub_id": s["_id"],
@@ -149,7 +163,7 @@ class Events:
 
     async def _targets(self, etype: str, p: dict) -> list[dict]:
         flt = {"event_types": {"$in": [etype]}, "enabled": True}
-        if etype in WARNINGS:
+        if etype in WARNINGS + KEY_ALERTS:
             flt["user_id"] = p["user_id"]
         subs = sort_by_id(await self.db.notify_subscriptions.find(flt).to_list(None))
         if etype == "marketing" and subs:
@@ -162,6 +176,8 @@ class Events:
         elif etype == "key_quota_warning":
             subs = [s for s in subs if p["balance"] < s.get("key_threshold", 0)
                     and (not s.get("key_ids") or p["token_id"] in s["key_ids"])]
+        elif etype in KEY_ALERTS:
+            subs = [s for s in subs if not s.get("key_ids") or p["token_id"] in s["key_ids"]]
         return subs
 
     @staticmethod
@@ -170,6 +186,8 @@ class Events:
         """A warning in the subscriber's language; an announcement as its author wrote it."""
         if etype in WARNINGS:
             return words.warning(etype, p, sub, key_name, lang)
+        if etype in KEY_ALERTS:
+            return words.cache_collapse(p, key_name, lang) + ("",)
         return p.get("title", ""), p.get("content", ""), ""
 
     # ---- recovery ------------------------------------------------------------

@@ -17,8 +17,9 @@ from models.store import now as store_now
 from notify import channels, templates, words
 from notify.channels.base import Context, DeliveryError, Message
 from notify.channels.webhook import render_body
+from notify.cache_watch import CacheWatch
 from notify.contact import ContactError, EmailConfirmation
-from notify.events import WARNINGS, Events
+from notify.events import KEY_ALERTS, WARNINGS, Events
 from notify.http import HttpClient, Refused
 from notify.outbox import Worker
 from notify.push_binding import PushBinding
@@ -33,7 +34,10 @@ RECOVER_EVERY = 60.0
 TEST_SENDS_PER_HOUR = 5
 SUBSCRIPTION_KIND = "notify_subscription"  # catalog invalidation kind
 # The events a test send or a preview may show (their words: notify/words.py).
-SAMPLE = ("announcement", "marketing", "user_quota_warning", "key_quota_warning")
+SAMPLE = ("announcement", "marketing", "user_quota_warning", "key_quota_warning",
+          "key_cache_collapse")
+# What a test send of a cache alert says (the figures of a real one are the key's).
+CACHE_SAMPLE = {"before": 0.82, "now": 0.07, "minutes": 10, "tokens": 250_000}
 
 
 class Notifier:
@@ -61,6 +65,7 @@ class Notifier:
         self.rules = Rules(self.subs, self.events)
         if billing is not None:   # read back after a flush only what warnings need
             billing.watched = self.rules.watching
+        self.cache_watch = CacheWatch(self.events, clock=clock)
         self.binding = PushBinding(store, config, self.http, clock)
         self.contact = EmailConfirmation(store, vault, self.ctx, clock)
         self._unsub: list = []
@@ -75,7 +80,7 @@ class Notifier:
     # ---- lifecycle -----------------------------------------------------------
     async def start(self) -> None:
         await self.events.ensure_indexes()
-        self._unsub = self.rules.attach(self.bus)
+        self._unsub = self.rules.attach(self.bus) + self.cache_watch.attach(self.bus)
         await self.events.recover()
         self.worker.start()
         self._recoverer = asyncio.get_running_loop().create_task(self._recover_loop())
@@ -86,6 +91,7 @@ class Notifier:
         if self._recoverer is not None:
             self._recoverer.cancel()
         await self.rules.drain()
+        await self.cache_watch.drain()
         await self.worker.stop()
         self.http.close()
 
@@ -150,6 +156,13 @@ class Notifier:
         v = {"event_type": event_type, "title": title, "content": content,
              "user": user.get("username", ""), "key_name": "", "balance": "", "threshold": "",
              "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.clock()))}
+        if event_type in KEY_ALERTS:
+            key = await self._sample_key(user["_id"], (sub or {}).get("key_ids") or [])
+            v["key_name"] = key.get("name", "") if key else "example-key"
+            payload = dict(CACHE_SAMPLE, token_id=key["_id"] if key else 0)
+            v["title"], v["content"], _ = Events._text(event_type, payload, sub or {},
+                                                       v["key_name"], lang)
+            return v
         if event_type not in WARNINGS:
             return v
         sub = sub or {}

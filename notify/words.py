@@ -68,6 +68,19 @@ def confirm_mail(code: str, lang: str) -> tuple[str, str]:
     return t("notice.confirm.title"), t("notice.confirm.content", code=code)
 
 
+def cache_collapse(payload: dict, key_name: str, lang: str) -> tuple[str, str]:
+    """(title, content) of a key whose prompt-cache hits collapsed.  The
+    key's name as in a balance warning: never in the title, and in the body
+    quoted, marked and defanged."""
+    t = strings.translator(lang)
+    return (t("notice.cache_collapse.title", id=payload.get("token_id")),
+            t("notice.cache_collapse.content", key=user_text(key_name), id=payload.get("token_id"),
+              before=f"{100 * float(payload.get('before') or 0):.0f}",
+              now=f"{100 * float(payload.get('now') or 0):.0f}",
+              minutes=int(payload.get("minutes") or 0),
+              tokens=f"{int(payload.get('tokens') or 0):,}"))
+
+
 def sample(event_type: str, lang: str) -> tuple[str, str]:
     """(title, content) of a test message of an announcement-like event."""
     t = strings.translator(lang)

@@ -335,9 +335,15 @@ class RelayService:
                 isinstance(call.body.get("web_search_options"), dict) and \
                 getattr(out.channel, "type", "") in ("openai", "azure"):
             usage = replace(usage, web_search_calls=1)  # a search model's one search
-        cost = 0
+        cost = saved = unread = 0
         if delivered and usage is not None:
-            cost = pricing.cost(usage, price, auth.rate, auth.token.billing_mode == "per_call")
+            per_call = auth.token.billing_mode == "per_call"
+            cost = pricing.cost(usage, price, auth.rate, per_call)
+            # Cache health (README "Cache health"): what caching saved, and an
+            # earlier write of this conversation no call read.
+            saved = 0 if per_call else pricing.cache_saving(usage, price, auth.rate)
+            if self.sessions is not None and out.channel is not None:
+                unread = self.sessions.cache_use(call, out.channel, usage)
         status = 200 if out.error is None else (499 if cancel.cancelled and out.error.status == 499
                                                 else out.error.status)
         if (cancel.cancelled or cancel.left) and out.started:
@@ -350,7 +356,8 @@ class RelayService:
             "token_id": auth.token.id, "token_name": auth.token.name, "group": auth.group,
             "model": call.model, "upstream_model": call.upstream_model,
             "channel_id": getattr(ch, "id", None), "endpoint": call.endpoint, "face": call.face,
-            "session": call.extra.get("session", ""),
+            "session": call.extra.get("session", ""), "cache_saved": saved,
+            "cache_unread": unread,
             **(usage or pricing.Usage()).record(),  # every component, for invoices
             "estimated": bool(usage and usage.estimated),
             "duration_ms": int((time.monotonic() - t0) * 1000), "ttfb_ms": int(out.ttfb * 1000),

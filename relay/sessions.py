@@ -139,6 +139,10 @@ class Sessions:
         # key -> [channel id, last served, last asked the database, last written]
         self.local: OrderedDict[str, list] = OrderedDict()
         self.pending: dict[str, tuple[int, float]] = {}
+        # key -> (channel id, tokens written, where the cached prefix then
+        # ended, when, the cache's lifetime): the conversation's last cache
+        # write, until its next call reads it or not.
+        self.writes: OrderedDict[str, tuple] = OrderedDict()
         self._quiet_until = 0.0
         self._task: asyncio.Task | None = None
         self._pruned_at = 0.0
@@ -228,6 +232,31 @@ class Sessions:
         self.local.move_to_end(key)
         while len(self.local) > MAX_LOCAL:
             self.local.popitem(last=False)
+
+    def cache_use(self, call, channel, usage) -> int:
+        """Tokens of this conversation's previous cache write that no call
+        read.  A write extends the cached prefix (from what that call read
+        to read + written); the next call reads it if it reads at least that
+        far, on the same channel, while the cache lives.  Seen from this
+        relay's own calls of the conversation (behind a balancer, the next of
+        them); a conversation's last write is counted only if it comes back."""
+        key = call.extra.get("session_key")
+        if not key or usage is None:
+            return 0
+        now = self.clock()
+        unread = 0
+        prev = self.writes.pop(key, None)
+        if prev is not None:
+            cid, written, end, at, life = prev
+            read = usage.cached_tokens if cid == channel.id and now - at <= life else 0
+            unread = min(max(end - read, 0), written)
+        written = usage.cache_write_5m_tokens + usage.cache_write_1h_tokens
+        if written:
+            self.writes[key] = (channel.id, written, usage.cached_tokens + written, now,
+                                3600.0 if usage.cache_write_1h_tokens else 300.0)
+            while len(self.writes) > MAX_LOCAL:
+                self.writes.popitem(last=False)
+        return unread
 
     # ---- background --------------------------------------------------------------
     def start(self) -> None:

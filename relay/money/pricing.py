@@ -35,7 +35,7 @@ down to nothing: the smallest billable call costs one unit.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from decimal import ROUND_HALF_UP, Decimal
 
 from models.records import QUOTA_PER_USD, Price
@@ -162,6 +162,19 @@ def token_cost_usd(usage: Usage, price: Price, rate: Decimal) -> Decimal:
                + p.output_price * _n(usage.completion_tokens))
     usd = usd / _MILLION + p.unit_price * _n(usage.units)
     return usd * rate
+
+
+def cache_saving(usage: Usage, price: Price, rate: Decimal) -> int:
+    """Quota units prompt caching saved on this call: its cost had every
+    input token been plain input, less its cost (negative when writing the
+    cache cost more than reading saved).  Not rounded up to a unit: 0 when
+    the call used no cache."""
+    if not (usage.cached_tokens or usage.cache_write_5m_tokens or usage.cache_write_1h_tokens):
+        return 0
+    plain = replace(usage, cached_tokens=0, cached_audio_tokens=0, cached_image_tokens=0,
+                    cache_write_5m_tokens=0, cache_write_1h_tokens=0)
+    diff = token_cost_usd(plain, price, rate) - token_cost_usd(usage, price, rate)
+    return int((diff * QUOTA_PER_USD).to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def token_cost(usage: Usage, price: Price, rate: Decimal) -> int:

@@ -17,7 +17,9 @@ def sample(path: str) -> str:
 
 
 def routes():
-    return [(r[0], r[1]) for r in server._handlers()]
+    # A Rule (the Responses socket's, matched on its upgrade header too) by its path.
+    return [(r[0], r[1]) if isinstance(r, tuple) else (r.matcher.regex.pattern, r.target)
+            for r in server._handlers()]
 
 
 def route_for(path: str):

@@ -173,3 +173,24 @@ def test_a_conversation_is_its_system_prompt_and_first_user_message():
     other = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q9"}]}
     assert conversation_of(one) == conversation_of(later) != conversation_of(other)
     assert conversation_of({"messages": [{"role": "system", "content": "S"}]}) == ""
+
+
+def test_a_cache_write_is_unread_when_the_next_call_does_not_reach_it():
+    from types import SimpleNamespace as NS
+
+    from relay.money.pricing import Usage
+    from relay.sessions import Sessions
+    now = [1000.0]
+    s = Sessions(None, None, ttl=3600, clock=lambda: now[0])
+    call = NS(extra={"session_key": "k"})
+    a, b = Ch(1), Ch(2)
+    assert s.cache_use(call, a, Usage(100, 1, cache_write_5m_tokens=100)) == 0
+    assert s.cache_use(call, a, Usage(150, 1, cached_tokens=100, cache_write_5m_tokens=50)) == 0
+    # Read only part of the last write (the prompt changed inside it).
+    assert s.cache_use(call, a, Usage(150, 1, cached_tokens=120, cache_write_5m_tokens=30)) == 30
+    # Moved to another channel: the write there is of no use.
+    assert s.cache_use(call, b, Usage(150, 1, cached_tokens=0, cache_write_5m_tokens=150)) == 30
+    # Back after the 5-minute cache is gone.
+    now[0] += 301
+    assert s.cache_use(call, b, Usage(150, 1, cached_tokens=150)) == 150
+    assert s.cache_use(NS(extra={}), a, Usage(1, 1, cache_write_5m_tokens=5)) == 0

@@ -1,0 +1,41 @@
+"""/api/log/self/cache and /api/log/cache: prompt-cache health per key
+(and, for administrators, per channel) over the usage log's filter
+(console/cache_health.py).  The filters are /api/log's."""
+from __future__ import annotations
+
+from console import cache_health
+from handlers.api_log import log_filter
+from handlers.base import ApiError, ApiHandler
+
+
+class SelfCacheHandler(ApiHandler):
+    own_only = True
+
+    async def get(self) -> None:
+        self.require_user() if self.own_only else self.require_admin()
+        by = self.str_arg("by", "key", max_len=10)
+        if by not in cache_health.BY or (by == "channel" and self.own_only):
+            raise ApiError(400, "by must be 'key'" + ("" if self.own_only else " or 'channel'")
+                           + ".")
+        flt = log_filter(self, self.own_only)
+        rows = await cache_health.by_group(self.store.db, flt, by)
+        if by == "key":
+            names = {d["_id"]: d.get("name", "") async for d in self.store.db.tokens.find(
+                {"_id": {"$in": [r["token_id"] for r in rows]}}, {"name": 1})}
+            for r in rows:
+                r["name"] = names.get(r["token_id"], "")
+        else:
+            names = {c.id: c.name for c in self.ctx["catalog"].channels}
+            for r in rows:
+                r["name"] = names.get(r["channel_id"], "")
+        self.ok({"by": by, "items": rows})
+
+
+class CacheHandler(SelfCacheHandler):
+    own_only = False
+
+
+default_handlers = [
+    (r"/api/log/self/cache/?", SelfCacheHandler),
+    (r"/api/log/cache/?", CacheHandler),
+]
