@@ -24,9 +24,11 @@ _UNKNOWN_URL = re.compile(
     r"unknown request url|invalid url|unrecognized request url|unknown endpoint|no such endpoint|"
     r"unsupported endpoint|endpoint not found|endpoint .{0,40}not (?:supported|found)|"
     r"route not found|no route|unknown path|path not found|not a valid endpoint", re.I)
+# A model (Azure: a deployment) the upstream does not have: a 404 that is not about the path.
 _MODEL_MISSING = re.compile(
-    r"model.{0,120}(?:not found|does not exist|not exist|no such|unknown|not available|"
-    r"not supported)|model_not_found|unknown model|no such model", re.I | re.S)
+    r"(?:model|deployment).{0,120}(?:not found|does not exist|not exist|no such|unknown|"
+    r"not available|not supported)|model_not_found|deploymentnotfound|unknown model|"
+    r"no such model", re.I | re.S)
 
 
 def unknown_endpoint(status: int, body: bytes) -> bool:

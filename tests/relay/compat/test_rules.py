@@ -138,6 +138,8 @@ def test_gemini_camel_case_is_the_same_field():
     (404, b'{"error": {"message": "The model `gpt-9` does not exist or you do not have access '
           b'to it.", "code": "model_not_found"}}', False),
     (404, b'{"error": "model \\"qwen\\" not found, try pulling it first"}', False),
+    (404, b'{"error": {"code": "DeploymentNotFound", "message": "The API deployment for this '
+          b'resource does not exist."}}', False),
     (400, b'{"error": {"message": "Invalid value for temperature"}}', False),
 ])
 def test_an_unknown_path_is_told_from_an_unknown_model(status, body, unknown):
