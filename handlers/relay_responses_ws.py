@@ -70,7 +70,6 @@ class ResponsesSocketHandler(tornado.websocket.WebSocketHandler):
             return self.refuse(RelayError(
                 426, "The Responses API is not served over a WebSocket here now: use POST "
                      "/v1/responses.", "invalid_request_error", "websocket_unavailable"))
-        self.set_header("X-Request-Id", self._request_id)
         h = self.request.headers
         key = ""
         auth_header = h.get("Authorization", "")
