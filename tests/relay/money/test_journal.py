@@ -179,15 +179,15 @@ def test_records_are_stored_compactly_and_read_back_whole(mongo_url, tmp_path):
     from relay.money.usage import expand, stored
 
     full = {"_id": "x", "user_id": 1, "token_id": 1, "quota": 0, "cost": 0, "unpaid": 0,
-            "estimated": False, "error": "", "service_tier": "", "session": "", "status": 200,
-            "token_limited": False,
+            "estimated": False, "error": "", "service_tier": "", "session": "", "cache_saved": 0,
+            "cache_unread": 0, "status": 200, "token_limited": False,
             **{f: 0 for f in USAGE_FIELDS}, "prompt_tokens": 3, "reasoning_tokens": 2}
     small = stored(full)
     for kept in ("quota", "cost", "status", "token_limited", "prompt_tokens", "completion_tokens",
                  "reasoning_tokens"):
         assert kept in small
-    for left in ("unpaid", "estimated", "error", "session", "cached_tokens", "units",
-                 "audio_input_tokens", "service_tier"):
+    for left in ("unpaid", "estimated", "error", "session", "cache_saved", "cache_unread",
+                 "cached_tokens", "units", "audio_input_tokens", "service_tier"):
         assert left not in small
     assert expand(small) == full
     # A value of another type than the default's is never taken for it.
