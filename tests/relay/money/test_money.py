@@ -59,7 +59,9 @@ def test_a_key_whose_call_costs_more_than_it_holds(w):
     _record(api, ok.headers["X-Request-Id"])
     totals = api.get("/api/log/self")["data"]["totals"]
     assert totals == {"requests": 2, "quota": 6000 + 32500, "cost": 65000, "unpaid": 26500,
-                      "prompt_tokens": 24000, "completion_tokens": 7000}
+                      "prompt_tokens": 24000, "completion_tokens": 7000, "cached_tokens": 0,
+                      "cache_write_5m_tokens": 0, "cache_write_1h_tokens": 0, "cache_saved": 0,
+                      "cache_unread": 0}
     me = api.get("/api/user/self")["data"]
     assert me["used_quota"] == totals["quota"]
     # the admin's view and the CSV export say the same, with a total row
