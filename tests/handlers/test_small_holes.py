@@ -17,6 +17,7 @@ import requests
 from pymongo import AsyncMongoClient, MongoClient
 
 from models import housekeeping
+from notify.subscriptions import EVENT_TYPES
 from tests.helpers import USER_PASSWORD, Api, RelayProcess
 
 MODEL = "gpt-4o-mini"
@@ -185,7 +186,7 @@ def test_cookies_behind_a_proxy_on_the_same_host_are_secure(relay, admin, mongo_
 
 @pytest.mark.parametrize("field,value,needle", [
     ("key_ids", list(range(1, 1002)), "at most 1000 keys"),
-    ("event_types", ["announcement"] * 9, "event_types"),
+    ("event_types", ["announcement"] * (2 * len(EVENT_TYPES) + 1), "event_types"),
     ("channel_config", {"url": "http://8.8.8.8/x", "headers": {f"X-{i}": "v" for i in range(51)}},
      "at most 50 entries")])
 def test_subscription_lists_are_bounded(relay, admin, field, value, needle):

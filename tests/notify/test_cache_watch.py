@@ -79,7 +79,9 @@ def test_a_collapse_is_told_once_an_hour_across_processes(mongo_url):
             await p.calls(11, 1, 30_000, 1_000)
         out = await store.db.notify_outbox.find({}).to_list(None)
         assert len(out) == 1 and out[0]["event_type"] == "key_cache_collapse"
-        assert "agent" in out[0]["title"] and "提示缓存" in out[0]["title"]
+        # The key's name is the user's text: only in the body, quoted (issue 31).
+        assert "#11" in out[0]["title"] and "提示缓存" in out[0]["title"]
+        assert "agent" not in out[0]["title"] and "\u201cagent\u201d" in out[0]["content"]
         assert "90%" in out[0]["content"]
         # Still collapsed 30 minutes on: no second alert within the hour.
         for _ in range(30):
