@@ -10,8 +10,8 @@ from relay.money.usage import expand
 FIELDS = ("user_id", "username", "token_id", "token_name", "group", "model", "upstream_model",
           "channel_id", "endpoint", "session", *USAGE_FIELDS, "service_tier", "cache_saved",
           "cache_unread", "cost", "quota", "unpaid", "estimated",
-          "duration_ms", "ttfb_ms", "status", "stream", "client_ip", "billing_mode", "error",
-          "created_at")
+          "duration_ms", "ttfb_ms", "status", "stream", "client_ip", "billing_mode",
+          "rate", "rate_rule", "error", "created_at")
 
 
 # Summed in the totals and in the CSV export's last row; the cache's figures

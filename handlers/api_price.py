@@ -2,15 +2,19 @@
 (and the groups its keys may use) and each model's price."""
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from decimal import Decimal
 
 from handlers.api_fields import group_list
 from handlers.base import ApiError, ApiHandler
-from models.records import PRICE_COMPONENTS, Price, User, parse_tiers, tiers_doc, to_decimal
+from models.records import (PRICE_COMPONENTS, Group, Price, User, parse_rate_tiers, parse_tiers,
+                            rate_tiers_doc, tiers_doc, to_decimal)
 from models.store import DuplicateKeyError, now
 from relay.serving import jsonin
-from relay.money import price_catalogue
+from relay.money import budgets, price_catalogue, rates
+
+RATE_TIERS = ("input_tiers", "spend_tiers")
 
 
 def _dec(value, name: str) -> str:
@@ -31,10 +35,41 @@ def _num(s) -> float | int:
 
 
 # ---- groups ----------------------------------------------------------------
-def group_view(d: dict) -> dict:
-    return {"name": d["_id"], "rate": _num(d.get("rate", "1")),
-            "description": d.get("description", ""), "enabled": bool(d.get("enabled", True)),
-            "usable_groups": list(d.get("usable_groups") or [])}
+def group_view(d: dict, spend: int | None = None) -> dict:
+    """A group and its rate rule; with the viewer's spend this month, also
+    `rate_now`: the rate their next call with a short prompt would get."""
+    out = {"name": d["_id"], "rate": _num(d.get("rate", "1")),
+           "description": d.get("description", ""), "enabled": bool(d.get("enabled", True)),
+           "usable_groups": list(d.get("usable_groups") or [])}
+    g = Group.from_doc(d)
+    for f in RATE_TIERS:
+        out[f] = [{"from": _num(t["from"]), "factor": _num(t["factor"])}
+                  for t in rate_tiers_doc(getattr(g, f), f)]
+    if spend is not None:
+        out["rate_now"] = _num(rates.rate_for(g, 0, spend)[0])
+        out["month_spend"] = spend
+    return out
+
+
+def rate_tiers(body: dict) -> dict:
+    """The rate rules given in body, validated and in their stored form."""
+    out = {}
+    for f in RATE_TIERS:
+        if f in body:
+            try:
+                out[f] = rate_tiers_doc(parse_rate_tiers(body[f], f), f)
+            except ValueError as exc:
+                raise ApiError(400, f"{exc}.") from None
+    return out
+
+
+async def month_spend(handler, user: dict) -> int:
+    """What the account was charged this calendar month (its time zone), as
+    its month counter holds it (relay/money/budgets.py); 0 without one."""
+    c = budgets.counter("user", user["_id"], "month", 0, time.time(),
+                        user.get("timezone"))
+    doc = await handler.store.db.budgets.find_one({"_id": c.id}, {"used_quota": 1})
+    return int((doc or {}).get("used_quota") or 0)
 
 
 class GroupsHandler(ApiHandler):
@@ -47,7 +82,8 @@ class GroupsHandler(ApiHandler):
         if not self.is_admin():
             usable = User.from_doc(user).usable_set(self.ctx["catalog"].groups)
             docs = [d for d in docs if d["_id"] in usable]
-        self.ok([group_view(d) for d in docs])
+        spend = await month_spend(self, user)
+        self.ok([group_view(d, spend) for d in docs])
 
     async def post(self) -> None:
         self.require_admin()
@@ -59,7 +95,7 @@ class GroupsHandler(ApiHandler):
                "description": str(body.get("description") or ""),
                "enabled": bool(body.get("enabled", True)),
                "usable_groups": group_list(self, body.get("usable_groups")),
-               "created_time": now()}
+               **rate_tiers(body), "created_time": now()}
         try:
             await self.store.db.groups.insert_one(doc)
         except DuplicateKeyError:
@@ -80,6 +116,7 @@ class GroupsHandler(ApiHandler):
             update["enabled"] = bool(body["enabled"])
         if "usable_groups" in body:
             update["usable_groups"] = group_list(self, body["usable_groups"])
+        update.update(rate_tiers(body))
         if not update:
             raise ApiError(400, "Nothing to change.")
         doc = await self.store.db.groups.find_one_and_update({"_id": name}, {"$set": update},

@@ -9,7 +9,7 @@ import asyncio
 import logging
 
 from models import netlist
-from models.records import to_decimal
+from models.records import parse_rate_tiers, to_decimal
 from models.secrets import mask
 from models.store import DuplicateKeyError, PyMongoError, sort_by_id
 
@@ -44,7 +44,8 @@ async def seed_usable_groups(store) -> int:
     except moving a key to a cheaper group than their own (the hole this
     closes).  Returns how many groups changed."""
     docs = await store.db.groups.find({}).to_list(10_000)
-    rate = {d["_id"]: to_decimal(d.get("rate", "1")) for d in docs}
+    # A group's rate is its lowest: what its rate rules can take it down to.
+    rate = {d["_id"]: lowest_rate(d) for d in docs}
     n = 0
     for d in docs:
         if "usable_groups" in d:
@@ -106,6 +107,18 @@ async def unique_identities(store) -> int:
     if docs:
         log.info("user names and e-mail addresses: %d accounts given keys", len(docs))
     return len(docs)
+
+
+def lowest_rate(doc: dict):
+    """The least a group's rate rule can bill at (relay/money/rates.py)."""
+    rate = to_decimal(doc.get("rate", "1"))
+    for f in ("input_tiers", "spend_tiers"):
+        try:
+            tiers = parse_rate_tiers(doc.get(f), f)
+        except ValueError:
+            tiers = ()
+        rate *= min([1, *(x for _, x in tiers)])
+    return rate
 
 
 def install(app) -> None:

@@ -64,6 +64,36 @@ def parse_networks(text: str | list | None) -> tuple:
     return tuple(nets)
 
 
+# Budgets by period (relay/money/budgets.py): {"day": units, "week": ..., "month": ...}.
+PERIODS = ("day", "week", "month")
+
+
+def parse_budgets(raw) -> tuple:
+    """{"day": units, "week": units, "month": units} -> (("day", n), ...);
+    0 or absent is none.  ValueError says what is wrong."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ValueError("budgets must be an object like {\"day\": units, \"month\": units}")
+    out = []
+    for k, v in raw.items():
+        if k not in PERIODS:
+            raise ValueError(f"budgets: unknown period {k!r} (day, week or month)")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 10 ** 15:
+            raise ValueError(f"budgets.{k} must be a whole number of quota units, "
+                             "0 to 1,000,000,000,000,000 (0: none)")
+        if v:
+            out.append((k, v))
+    return tuple(sorted(out, key=lambda x: PERIODS.index(x[0])))
+
+
+def budgets_of(d: dict) -> tuple:
+    try:
+        return parse_budgets(d.get("budgets"))
+    except ValueError:
+        return ()
+
+
 def limits_of(d: dict) -> tuple:
     return tuple(max(0, int(d.get(f) or 0)) for f in LIMIT_FIELDS)
 
@@ -97,6 +127,8 @@ class User:
     usable_groups: tuple | None = None
     # Quota units the account may go below zero (an operator's choice; 0: none).
     credit_limit: int = 0
+    budgets: tuple = ()      # (("day", units), ...): parse_budgets
+    timezone: str = "UTC"    # budgets' and spend tiers' calendar (IANA name)
 
     @classmethod
     def from_doc(cls, d: dict) -> "User":
@@ -105,7 +137,8 @@ class User:
                    role=int(d.get("role", ROLE_USER)), status=int(d.get("status", USER_ENABLED)),
                    group=d.get("group") or "default", limits=limits_of(d),
                    usable_groups=tuple(own) if isinstance(own, list) else None,
-                   credit_limit=max(int(d.get("credit_limit") or 0), 0))
+                   credit_limit=max(int(d.get("credit_limit") or 0), 0),
+                   budgets=budgets_of(d), timezone=d.get("timezone") or "UTC")
 
     @property
     def is_admin(self) -> bool:
@@ -132,6 +165,7 @@ class Token:
     model_limits: frozenset
     billing_mode: str
     limits: tuple = (0, 0, 0)  # rpm, tpm, concurrency (LIMIT_FIELDS); 0 = none
+    budgets: tuple = ()        # (("day", units), ...): parse_budgets
 
     @classmethod
     def from_doc(cls, d: dict) -> "Token":
@@ -142,7 +176,8 @@ class Token:
                    allow_ips=NetList.of(d),
                    model_limits_enabled=bool(d.get("model_limits_enabled")),
                    model_limits=frozenset(d.get("model_limits") or ()),
-                   billing_mode=d.get("billing_mode") or "per_token", limits=limits_of(d))
+                   billing_mode=d.get("billing_mode") or "per_token", limits=limits_of(d),
+                   budgets=budgets_of(d))
 
     def expired(self, now: float | None = None) -> bool:
         return self.expired_time not in (-1, 0) and self.expired_time <= (now or time.time())
@@ -162,12 +197,68 @@ class Group:
     enabled: bool
     # The other groups this group's members may put keys in.
     usable_groups: tuple = ()
+    # Rate rules (relay/money/rates.py): ((from, factor), ...) by the call's
+    # input tokens and by the account's spend this calendar month (units).
+    input_tiers: tuple = ()
+    spend_tiers: tuple = ()
 
     @classmethod
     def from_doc(cls, d: dict) -> "Group":
         return cls(name=d["_id"], rate=to_decimal(d.get("rate", "1")),
                    description=d.get("description", ""), enabled=bool(d.get("enabled", True)),
-                   usable_groups=tuple(d.get("usable_groups") or ()))
+                   usable_groups=tuple(d.get("usable_groups") or ()),
+                   input_tiers=parse_rate_tiers(d.get("input_tiers"), "input_tiers"),
+                   spend_tiers=parse_rate_tiers(d.get("spend_tiers"), "spend_tiers"))
+
+
+# A rate rule has at most this many tiers of each kind.
+MAX_RATE_TIERS = 8
+# Bounds of a tier's start: input tokens, and credits (USD) spent in a month.
+RATE_TIER_MAX_FROM = {"input_tiers": 100_000_000, "spend_tiers": 1_000_000_000}
+
+
+def parse_rate_tiers(raw: Any, name: str) -> tuple:
+    """[{"from": 32000, "factor": "0.6"}, ...] -> ((32000, Decimal("0.6")), ...).
+
+    `from` is input tokens (input_tiers) or credits spent this calendar
+    month (spend_tiers, returned in quota units); a tier applies from
+    there on and multiplies the group's rate by `factor`.  Tiers must be
+    given in ascending order of `from` (each above the last, above 0),
+    with factors above 0; ValueError says what is wrong."""
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError(f"{name} must be a list of {{from, factor}}")
+    if len(raw) > MAX_RATE_TIERS:
+        raise ValueError(f"{name} may have at most {MAX_RATE_TIERS} tiers")
+    out, last = [], Decimal(0)
+    for i, t in enumerate(raw):
+        if not isinstance(t, dict) or set(t) - {"from", "factor"}:
+            raise ValueError(f"{name}[{i}] must be an object with 'from' and 'factor' only")
+        start = to_decimal(t.get("from"), f"{name}[{i}].from")
+        factor = to_decimal(t.get("factor"), f"{name}[{i}].factor")
+        if name == "input_tiers" and start != start.to_integral_value():
+            raise ValueError(f"{name}[{i}].from must be a whole number of input tokens")
+        if start <= last:
+            raise ValueError(f"{name} must be sorted by 'from', each above the one before "
+                             f"and above 0 ({name}[{i}].from is {start})")
+        if start > RATE_TIER_MAX_FROM[name] or start.as_tuple().exponent < -6:
+            raise ValueError(f"{name}[{i}].from must be at most {RATE_TIER_MAX_FROM[name]:,} "
+                             "with at most 6 decimals")
+        if factor <= 0 or factor > 1000 or factor.as_tuple().exponent < -6:
+            raise ValueError(f"{name}[{i}].factor must be above 0 and at most 1000, with at "
+                             "most 6 decimals")
+        last = start
+        out.append((int(start) if name == "input_tiers" else int(start * QUOTA_PER_USD), factor))
+    return tuple(out)
+
+
+def rate_tiers_doc(tiers: tuple, name: str) -> list:
+    """The stored (and API) form of parsed rate tiers: numbers as strings."""
+    if name == "input_tiers":
+        return [{"from": str(f), "factor": str(x)} for f, x in tiers]
+    return [{"from": format((Decimal(f) / QUOTA_PER_USD).normalize(), "f"), "factor": str(x)}
+            for f, x in tiers]
 
 
 # Every price component, in USD: per million tokens unless named otherwise.

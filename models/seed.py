@@ -10,12 +10,20 @@ from models.store import DuplicateKeyError, now
 
 log = logging.getLogger("relay.seed")
 
+# The five groups the service sells (issue 34), as data an administrator
+# changes on /api/group/: rate rules are relay/money/rates.py's.  Only a new
+# database gets them; an existing one keeps its groups.
 SEED_GROUPS = [
-    ("default", "1", "Standard: shared channels at the official price."),
-    ("origin", "1", "Official upstreams only, at the official price."),
-    ("vip", "1.2", "Dedicated channels with higher rate limits."),
-    ("svip", "1.5", "Premium channels with priority routing and the highest limits."),
-    ("vvip", "2", "Reserved capacity for enterprise workloads."),
+    ("default", "1", "Several vendors' models mixed, at the official price.", {}),
+    ("origin", "1", "Official upstreams only, at the official price: the highest stability.",
+     {}),
+    ("svip", "0.8", "The lowest price: 0.8 of the official price on every call.", {}),
+    ("vvip", "1", "Long texts cheaper: 0.6 of the official price for a prompt of 32,000 "
+                  "input tokens or more.",
+     {"input_tiers": [{"from": "32000", "factor": "0.6"}]}),
+    ("vip", "1", "Cheaper with use: 0.9 of the official price once the month's spend reaches "
+                 "$50, 0.8 from $200.",
+     {"spend_tiers": [{"from": "50", "factor": "0.9"}, {"from": "200", "factor": "0.8"}]}),
 ]
 
 
@@ -24,10 +32,11 @@ async def seed(store, admin_password: str = "") -> str | None:
     password when one had to be made (to be printed once), else None."""
     # Groups are seeded once: a group the admin deletes stays deleted.
     if not await store.db.meta.find_one({"_id": "seeded_groups"}):
-        for name, rate, desc in SEED_GROUPS:
+        for name, rate, desc, rule in SEED_GROUPS:
             try:
                 await store.db.groups.insert_one({"_id": name, "rate": rate, "description": desc,
-                                                  "enabled": True, "created_time": now()})
+                                                  "enabled": True, **rule,
+                                                  "created_time": now()})
             except DuplicateKeyError:
                 pass
         await store.db.meta.update_one({"_id": "seeded_groups"}, {"$set": {"at": now()}},

@@ -4,10 +4,11 @@
 2. check group, IP allow-list, model lock     -> authenticate(), check_model()
 3. pick channels for (group, model)           -> scheduler.candidates(), priced()
    rate and concurrency limits                -> limits.admit() (relay/money/limits.py)
-4. reserve the most it can cost               -> bounds.worst_case(), billing.reserve()
+4. reserve the most it can cost (at the highest rate its group's rule gives;
+   from budgets too)                          -> bounds.worst_case(), billing.reserve()
 5. convert the request for the vendor         -> adaptor.prepare()
 6. relay the upstream reply                   -> relay/attempts.py
-7. settle from real usage                     -> billing.settle()
+7. settle from real usage, at the group's rate rule -> billing.settle()
 8. record a usage log (the record is the charge) -> billing.settle(record)
 9. publish the balance                        -> billing (via the bus)
 
@@ -22,10 +23,11 @@ import time
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
-from models.records import TOKEN_DISABLED, TOKEN_EXHAUSTED, TOKEN_EXPIRED, USER_ENABLED, Token, User
+from models.records import (TOKEN_DISABLED, TOKEN_EXHAUSTED, TOKEN_EXPIRED, USER_ENABLED, Group,
+                            Token, User)
 from relay import bounds, registry
 from relay.asks import PAID_TIERS, hides_reasoning, requested_tier
-from relay.money import pricing, tokenizer
+from relay.money import budgets, pricing, rates, tokenizer
 from relay.adaptors.base import Call, retryable, serves
 from relay.attempts import Outcome, Sink, attempt_plain, attempt_stream
 from relay.catalog import MAX_KEY_LENGTH
@@ -55,8 +57,9 @@ class Auth:
     token: Token
     user: User
     group: str
-    rate: Decimal
+    rate: Decimal      # the highest the group's rule can bill at (reservations)
     client_ip: str
+    rule: Group | None = None
 
 
 class RelayService:
@@ -108,7 +111,7 @@ class RelayService:
             raise forbidden(f"Your address {client_ip} is not on this key's allow-list.",
                             "ip_not_allowed")
         self.usage_log.touch(token.id)
-        return Auth(token, user, token.group, group.rate, client_ip)
+        return Auth(token, user, token.group, rates.highest(group), client_ip, group)
 
     def _address_groups(self, host: str):
         """The groups a base address (by Host header) is bound to, or None."""
@@ -205,10 +208,13 @@ class RelayService:
         price = prices[channels[0].id]
         estimate = self.estimate(auth, call, channels, prices)
         ticket = await self.limits.admit(auth.token, auth.user) if self.limits else None
+        counters = budgets.counters_for(
+            auth.user, auth.token, rates.counts_month(auth.rule, auth.user, self.catalog.groups),
+            time.time())
         try:
             res = await self.billing.reserve(call.request_id, auth.user.id, auth.token.id,
                                              not auth.token.unlimited_quota, estimate,
-                                             auth.user.credit_limit)
+                                             auth.user.credit_limit, counters)
         except QuotaExhausted as exc:
             if self.limits:
                 self.limits.done(ticket)
@@ -336,12 +342,16 @@ class RelayService:
                 getattr(out.channel, "type", "") in ("openai", "azure"):
             usage = replace(usage, web_search_calls=1)  # a search model's one search
         cost = saved = unread = 0
+        rate, rule = auth.rate, "flat"
         if delivered and usage is not None:
             per_call = auth.token.billing_mode == "per_call"
-            cost = pricing.cost(usage, price, auth.rate, per_call)
+            rate, rule = rates.for_call(auth.rule, auth.rate, res.counters, self.billing.spent,
+                                        usage.prompt_tokens,
+                                        lambda r: pricing.cost(usage, price, r, per_call))
+            cost = pricing.cost(usage, price, rate, per_call)
             # Cache health (README "Cache health"): what caching saved, and an
             # earlier write of this conversation no call read.
-            saved = 0 if per_call else pricing.cache_saving(usage, price, auth.rate)
+            saved = 0 if per_call else pricing.cache_saving(usage, price, rate)
             if self.sessions is not None and out.channel is not None:
                 unread = self.sessions.cache_use(call, out.channel, usage)
         status = 200 if out.error is None else (499 if cancel.cancelled and out.error.status == 499
@@ -362,7 +372,7 @@ class RelayService:
             "estimated": bool(usage and usage.estimated),
             "duration_ms": int((time.monotonic() - t0) * 1000), "ttfb_ms": int(out.ttfb * 1000),
             "status": status, "stream": call.stream, "client_ip": auth.client_ip,
-            "billing_mode": auth.token.billing_mode,
+            "billing_mode": auth.token.billing_mode, "rate": str(rate), "rate_rule": rule,
             "error": out.error.message[:500] if out.error else "", "created_at": time.time(),
         }
         tier = call.extra.get("service_tier")

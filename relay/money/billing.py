@@ -16,6 +16,14 @@ Warnings.  After each flush the balances it applied are read back and
 published on the bus as `balance_applied` (the truth quota warnings are
 decided from, notify/rules.py); a credit publishes its document the same way.
 
+Budgets by period.  A call also reserves from, and is charged to, the
+counters of its key's and account's budgets (relay/money/budgets.py):
+balances like the others, in `budgets`, so a limit is exact across
+relays.  A spent budget refuses with 429 `budget_exceeded` and
+Retry-After to the next period; a call that costs more than it reserved
+is charged in full to its account and key and to its counters, which may
+then show more used than their limit (by at most that difference).
+
 Shortfall.  No balance goes below zero (or below an account's credit limit):
 a call whose real cost is above what is there is charged what is there, and
 its record says so: `cost` (the full price), `quota` (charged) and `unpaid`.
@@ -33,12 +41,17 @@ from relay.serving.background import cancel_and_wait
 from relay.errors import RelayError
 from relay.money.flusher import Flusher
 from relay.money.journal import Journal
-from relay.money.leases import AFTER, COLLECTIONS, TOKEN, USER, BillingUnavailable, QuotaExhausted
+from relay.money.budget_counters import BudgetCounters
+from relay.money.budgets import Counter
+from relay.money.leases import (AFTER, BUDGET, COLLECTIONS, TOKEN, USER, BillingUnavailable,
+                                QuotaExhausted)
+from relay.money.refusals import BudgetExceeded
 from relay.money.usage import stored
 
 log = logging.getLogger("relay.billing")
 
-__all__ = ["Billing", "Reservation", "QuotaExhausted", "BillingUnavailable", "USER", "TOKEN"]
+__all__ = ["Billing", "Reservation", "QuotaExhausted", "BillingUnavailable", "BudgetExceeded",
+           "USER", "TOKEN", "BUDGET"]
 
 
 @dataclass
@@ -53,9 +66,11 @@ class Reservation:
     # Given back at shutdown while its call still ran: if that call settles
     # after all, its charge is still recorded (see stop()).
     orphaned: bool = False
+    # The budgets' counters it is charged to (those with a limit reserved too).
+    counters: tuple = ()
 
 
-class Billing(Flusher):
+class Billing(BudgetCounters, Flusher):
     """Reserve, settle, refund, credit and reverse: every movement of money."""
 
     def __init__(self, store, bus=None, process_id: str = "p", lease_chunk: int = 2_000_000,
@@ -72,11 +87,14 @@ class Billing(Flusher):
 
     # ---- reserve / settle / refund ------------------------------------------
     async def reserve(self, request_id: str, user_id: int, token_id: int | None,
-                      token_limited: bool, amount: int, credit_limit: int = 0) -> Reservation:
-        """Promise `amount` units from the account and (if limited) the key.
+                      token_limited: bool, amount: int, credit_limit: int = 0,
+                      counters: tuple[Counter, ...] = ()) -> Reservation:
+        """Promise `amount` units from the account, (if limited) the key, and
+        the budgets' counters that have a limit.
 
-        Raises QuotaExhausted naming the side that cannot pay, and
-        BillingUnavailable when a charge could not be made durable.
+        Raises QuotaExhausted naming the side that cannot pay,
+        BudgetExceeded naming a spent budget, and BillingUnavailable when a
+        charge could not be made durable.
         """
         if request_id in self._open:
             return self._open[request_id]
@@ -86,6 +104,13 @@ class Billing(Flusher):
         subjects[0].credit = max(int(credit_limit), 0)
         if token_id is not None and token_limited:
             subjects.append(self._get(TOKEN, token_id))
+        limits = {}
+        if counters:
+            await self.open_counters(counters, user_id, token_id)
+            for c in counters:
+                if c.limit:
+                    subjects.append(self._get(BUDGET, c.id))
+                    limits[c.id] = c
         for _ in range(8):
             if self.recalls_stale() and not await self.recalls_fresh():
                 # Not sure no lease here was recalled, and no read of
@@ -100,12 +125,19 @@ class Billing(Flusher):
                         await self._db(self._lease(b, amount))
                     except (PyMongoError, asyncio.TimeoutError):
                         raise BillingUnavailable("the database did not answer") from None
+                    except QuotaExhausted:
+                        if b.kind != BUDGET:
+                            raise
+                        c = limits[b.id]
+                        raise BudgetExceeded(c.scope, c.period, c.limit,
+                                             int(c.ends_at - time.time()) + 1) from None
             # No await from here on: the check and the subtraction are atomic.
             if all(b.available >= amount for b in subjects):
                 for b in subjects:
                     b.reserved += amount
                     self.lease_ahead(b)
-                res = Reservation(request_id, user_id, token_id, token_limited, amount)
+                res = Reservation(request_id, user_id, token_id, token_limited, amount,
+                                  counters=tuple(counters))
                 self._open[request_id] = res
                 return res
         raise QuotaExhausted(USER)
@@ -133,11 +165,13 @@ class Billing(Flusher):
         limited = [self._get(USER, res.user_id)]
         if res.token_id is not None and res.token_limited:
             limited.append(self._get(TOKEN, res.token_id))
-        for b in limited:
+        # A budget limits calls, it does not pay: it never caps a charge.
+        budgets = [self._get(BUDGET, c.id) for c in res.counters if c.limit]
+        for b in limited + budgets:
             b.reserved -= res.amount
         charged = cost
         if cost > res.amount:
-            for b in limited:
+            for b in limited + budgets:
                 if b.available < cost:
                     try:
                         await self._db(self._lease(b, cost, wait=False, partial=True))
@@ -149,11 +183,13 @@ class Billing(Flusher):
         if record is not None:
             record.update(cost=cost, quota=charged, unpaid=cost - charged,
                           token_limited=bool(res.token_limited))
+            if res.counters:
+                record["budgets"] = [[c.id, bool(c.limit)] for c in res.counters]
             self.journal_record(record)
             self._spend(record)
             for hook in self.on_record:
                 hook(record)
-        for b in limited:
+        for b in limited + budgets:
             self.give_back_later(b)
         self._publish(res.user_id, res.token_id)
         return charged
@@ -170,6 +206,11 @@ class Billing(Flusher):
             if paid:
                 b.held -= amount
             b.shown.charge(record["proc"], record["seq"], amount, paid)
+        for cid, limited in record.get("budgets") or ():
+            b = self._get(BUDGET, cid)
+            if limited:
+                b.held -= amount
+            b.shown.charge(record["proc"], record["seq"], amount, bool(limited))
 
     async def refund(self, res: Reservation) -> None:
         await self.settle(res, 0)
@@ -229,6 +270,8 @@ class Billing(Flusher):
         b = self._bal.get((kind, ident))
         if b is not None:
             self._learn(b, doc)
+        if kind == BUDGET:
+            return
         self._publish_applied(kind, doc, paid)
         if kind == USER:
             self._publish(ident, None, user_doc=doc)
@@ -290,6 +333,14 @@ class Billing(Flusher):
         """The balance a document shows, for decisions that must be made from
         the truth (notify/rules.py): what is left now, and before `paid`."""
         if self.bus is None or (kind == TOKEN and doc.get("unlimited_quota")):
+            return
+        if kind == BUDGET:
+            limit, used = int(doc.get("limit") or 0), int(doc.get("used_quota") or 0)
+            if limit and used * 5 >= limit * 4:   # 80% used: notify/rules.py, once a period
+                self.bus.publish("budget_used", {
+                    "counter_id": doc["_id"], "user_id": doc.get("user_id"),
+                    "token_id": doc.get("token_id"), "period": doc.get("period"),
+                    "limit": limit, "used": used})
             return
         remaining, _ = self.view_from_doc(kind, doc)
         self.bus.publish("balance_applied", {

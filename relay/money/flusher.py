@@ -11,7 +11,7 @@ import logging
 import time
 
 from models.store import PyMongoError, insert_records
-from relay.money.leases import COLLECTIONS, TOKEN, USER, Leases
+from relay.money.leases import BUDGET, COLLECTIONS, TOKEN, USER, Leases
 from relay.money.usage import stored
 
 log = logging.getLogger("relay.billing")
@@ -22,6 +22,10 @@ def subjects_of(record: dict) -> list[tuple[str, int, bool]]:
     out = [(USER, record["user_id"], True)]
     if record.get("token_id") is not None:
         out.append((TOKEN, record["token_id"], bool(record.get("token_limited"))))
+    # A budget's counter always counts down what is left of its limit (from
+    # the lease its relay took, else from `quota`: relay/money/budgets.py).
+    for cid, _ in record.get("budgets") or ():
+        out.append((BUDGET, cid, True))
     return out
 
 
@@ -142,9 +146,16 @@ class Flusher(Leases):
         paid: dict[tuple[str, int], int] = {}
         watched = self.watched
         for r in records:
+            # Budgets with a limit are always read back: their 80% notice,
+            # and the month's spend that rate tiers are decided from.
+            for cid, limited in r.get("budgets") or ():
+                if limited or (BUDGET, cid) in self._bal:
+                    paid[(BUDGET, cid)] = paid.get((BUDGET, cid), 0) + int(r.get("quota") or 0)
             if watched is not None and not watched(r["user_id"]):
                 continue
             for kind, ident, leased in subjects_of(r):
+                if kind == BUDGET:
+                    continue
                 paid[(kind, ident)] = paid.get((kind, ident), 0) + (
                     int(r.get("quota") or 0) if leased else 0)
         for kind, coll in COLLECTIONS.items():

@@ -117,14 +117,17 @@ from relay.errors import RelayError
 from relay.money.journal import Journal
 from relay.money.processes import Processes
 from relay.money.recalls import Recalls
-from relay.money.refusals import TOKEN, USER, BillingUnavailable, QuotaExhausted
+from relay.money.refusals import BUDGET, TOKEN, USER, BillingUnavailable, QuotaExhausted
 from relay.money.shown import Shown, figures
 
 log = logging.getLogger("relay.billing")
 
-__all__ = ["Leases", "QuotaExhausted", "BillingUnavailable", "USER", "TOKEN", "COLLECTIONS"]
+__all__ = ["Leases", "QuotaExhausted", "BillingUnavailable", "USER", "TOKEN", "BUDGET",
+           "COLLECTIONS"]
 
-COLLECTIONS = {USER: "users", TOKEN: "tokens"}
+# Budgets by period are balances too, one document per subject and period
+# (relay/money/budgets.py), with string ids.
+COLLECTIONS = {USER: "users", TOKEN: "tokens", BUDGET: "budgets"}
 # A relay leases at most this share of what is left of a balance, split by
 # the relays holding a lease on it: with three relays at most a twelfth
 # each, so three quarters of a balance stay in the database for whichever

@@ -157,7 +157,8 @@ class Recalls:
         for r in docs:
             try:
                 kind, ident, n = str(r["_id"]).split(":")
-                key, n = (kind, int(ident)), int(n)
+                # Accounts and keys have whole-number ids, budgets' counters names.
+                key, n = (kind, int(ident) if ident.isdigit() else ident), int(n)
             except ValueError:
                 continue
             seen[r["_id"]] = self._recall_seen.get(r["_id"], now)

@@ -26,7 +26,9 @@ log = logging.getLogger("relay.usage")
 DEFAULTS: dict[str, Any] = {**{f: 0 for f in USAGE_FIELDS
                                if f not in ("prompt_tokens", "completion_tokens")},
                             "unpaid": 0, "estimated": False, "error": "", "service_tier": "",
-                            "session": "", "cache_saved": 0, "cache_unread": 0}
+                            "session": "", "cache_saved": 0, "cache_unread": 0,
+                            # the group's rate rule that applied (relay/money/rates.py)
+                            "rate_rule": "flat"}
 
 
 def stored(record: dict) -> dict:

@@ -795,6 +795,36 @@ def test_recall_documents_and_read_back_shapes(db):
     case(db, body)
 
 
+def test_budget_counter_shapes(db):
+    """relay/money/budgets.py: one counter document per subject and period,
+    named by a string _id with slashes; made by insert_one (a duplicate is
+    another relay's, code 11000), leased and applied as users and tokens
+    are, read back by $in on string ids, its id in a recall's name."""
+    async def body(db):
+        cid = "t7/day/2026-11-26"
+        await db.budgets.insert_one({"_id": cid, "quota": 1000, "used_quota": 0, "limit": 1000,
+                                     "user_id": 3, "token_id": 7, "period": "day"})
+        with pytest.raises(DuplicateKeyError) as err:
+            await db.budgets.insert_one({"_id": cid, "quota": 5})
+        assert err.value.code == DUPLICATE_KEY
+        doc = await db.budgets.find_one_and_update(
+            {"_id": cid, "quota": {"$gte": 600}, "lowering": {"$exists": False}},
+            {"$inc": {"quota": -600, "leases.p1": 600}}, return_document=ReturnDocument.AFTER)
+        assert doc["quota"] == 400 and doc["leases"] == {"p1": 600}
+        r = await db.budgets.update_one(
+            {"_id": cid, "applied.p1": {"$exists": False}, "leases.p1": {"$exists": True}},
+            {"$inc": {"leases.p1": -900, "used_quota": 900}, "$set": {"applied.p1": 4}})
+        assert r.matched_count == 1
+        await db.budgets.insert_one({"_id": "u3/month/2026-11-01", "quota": 0, "used_quota": 0})
+        got = {d["_id"]: d async for d in db.budgets.find(
+            {"_id": {"$in": [cid, "u3/month/2026-11-01", "u3/day/2026-11-26"]}})}
+        assert set(got) == {cid, "u3/month/2026-11-01"}
+        assert got[cid]["leases"] == {"p1": -300} and got[cid]["used_quota"] == 900
+        await db.recalls.insert_one({"_id": f"budget:{cid}:1"})
+        assert [d["_id"] async for d in db.recalls.find({})] == [f"budget:{cid}:1"]
+    case(db, body)
+
+
 def test_invalidation_log_shapes(db):
     """relay/catalog.py: one document, a counter and the last entries, moved
     by one update ($inc with $push, $each, $slice; upserted the first time);

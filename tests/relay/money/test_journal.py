@@ -180,14 +180,14 @@ def test_records_are_stored_compactly_and_read_back_whole(mongo_url, tmp_path):
 
     full = {"_id": "x", "user_id": 1, "token_id": 1, "quota": 0, "cost": 0, "unpaid": 0,
             "estimated": False, "error": "", "service_tier": "", "session": "", "cache_saved": 0,
-            "cache_unread": 0, "status": 200, "token_limited": False,
+            "cache_unread": 0, "status": 200, "token_limited": False, "rate_rule": "flat",
             **{f: 0 for f in USAGE_FIELDS}, "prompt_tokens": 3, "reasoning_tokens": 2}
     small = stored(full)
     for kept in ("quota", "cost", "status", "token_limited", "prompt_tokens", "completion_tokens",
                  "reasoning_tokens"):
         assert kept in small
     for left in ("unpaid", "estimated", "error", "session", "cache_saved", "cache_unread",
-                 "cached_tokens", "units", "audio_input_tokens", "service_tier"):
+                 "cached_tokens", "units", "audio_input_tokens", "service_tier", "rate_rule"):
         assert left not in small
     assert expand(small) == full
     # A value of another type than the default's is never taken for it.
