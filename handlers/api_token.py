@@ -10,7 +10,8 @@ import asyncio
 import re
 import time
 
-from handlers.api_fields import _int, limit_fields, paged
+from handlers.api_fields import (_int, budget_fields, budget_use, budgets_changed, limit_fields,
+                                 paged)
 from handlers.base import ApiError, ApiHandler, ident
 from models import netlist
 from models.records import (BILLING_MODES, LIMIT_FIELDS, MAX_QUOTA, TOKEN_DISABLED, TOKEN_ENABLED,
@@ -45,6 +46,7 @@ def token_view(handler: ApiHandler, doc: dict, reveal: bool = False) -> dict:
         "billing_mode": doc.get("billing_mode", "per_token"),
         "created_time": doc.get("created_time", 0), "accessed_time": doc.get("accessed_time", 0),
         **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS},  # relay/money/limits.py
+        "budgets": dict(doc.get("budgets") or {}),   # relay/money/budgets.py
     }
 
 
@@ -59,6 +61,24 @@ async def allow_list(fields: dict) -> dict:
         except ValueError as exc:
             raise ApiError(400, f"allow_ips: {exc}.") from None
     return fields
+
+
+async def with_budget_use(handler: ApiHandler, views: list[dict]) -> list[dict]:
+    """Each key's budgets' use this period (`budget_use`: the keys page's
+    bars), in its owner's time zone; one read of the counters."""
+    if not any(v["budgets"] for v in views):
+        for v in views:
+            v["budget_use"] = []
+        return views
+    owners = {v["user_id"] for v in views if v["budgets"]}
+    tz = {u["_id"]: u.get("timezone") async for u in handler.store.db.users.find(
+        {"_id": {"$in": list(owners)}}, {"timezone": 1})}
+    by_key = {v["id"]: v["user_id"] for v in views}
+    use = await budget_use(handler, [("token", v["id"], v["budgets"]) for v in views],
+                           lambda _s, tid: tz.get(by_key[tid]))
+    for v in views:
+        v["budget_use"] = use[("token", v["id"])]
+    return views
 
 
 def clean_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
@@ -105,6 +125,7 @@ def clean_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
             raise ApiError(400, "billing_mode must be per_token or per_call.")
         out["billing_mode"] = body["billing_mode"]
     out.update(limit_fields(body))
+    out.update(budget_fields(body))
     if "status" in body:
         if body["status"] not in (TOKEN_ENABLED, TOKEN_DISABLED):
             raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
@@ -122,9 +143,11 @@ class TokensHandler(ApiHandler):
     async def get(self) -> None:
         flt = self.scope()
         uid = self.current_user["_id"]
-        self.ok(await paged(self, self.store.db.tokens, flt,
-                            lambda d: token_view(self, d, reveal=False) | {
-                                "owned": d["user_id"] == uid}))
+        page = await paged(self, self.store.db.tokens, flt,
+                           lambda d: token_view(self, d, reveal=False) | {
+                               "owned": d["user_id"] == uid})
+        await with_budget_use(self, page["items"])
+        self.ok(page)
 
     async def post(self) -> None:
         user = self.require_user()
@@ -147,7 +170,8 @@ class TokensHandler(ApiHandler):
         cap = self.config.max_keys_per_user
         if not await insert_capped(self.store.db.tokens, doc, {"user_id": user["_id"]}, cap):
             raise ApiError(409, f"An account can have at most {cap} keys; delete one first.")
-        self.ok(token_view(self, doc, reveal=True), "Key created.")
+        view = (await with_budget_use(self, [token_view(self, doc, reveal=True)]))[0]
+        self.ok(view, "Key created.")
 
     async def put(self) -> None:
         self.require_user()
@@ -163,12 +187,17 @@ class TokensHandler(ApiHandler):
             self.check_usable(owner, fields["group"])
         if fields:
             await self.store.db.tokens.update_one({"_id": doc["_id"]}, {"$set": fields})
+        if "budgets" in fields:
+            owner = await self.store.db.users.find_one({"_id": doc["user_id"]}, {"timezone": 1})
+            await budgets_changed(self, "token", doc["_id"], doc.get("budgets") or {},
+                                  fields["budgets"], (owner or {}).get("timezone"))
         if "remain_quota" in body and not status_only:
             target = _int(body["remain_quota"], "remain_quota", 0, MAX_QUOTA)
             await self.ctx["billing"].set_remaining(TOKEN, doc["_id"], target)
         await self.ctx["catalog"].changed("token", doc["key_hash"])
         doc = await self.store.db.tokens.find_one({"_id": doc["_id"]})
-        self.ok(token_view(self, doc, reveal=doc["user_id"] == self.current_user["_id"]), "Saved.")
+        view = token_view(self, doc, reveal=doc["user_id"] == self.current_user["_id"])
+        self.ok((await with_budget_use(self, [view]))[0], "Saved.")
 
     def check_usable(self, owner: dict, group: str) -> None:
         """403 unless the key's owner may put keys in `group` (usable groups)."""
@@ -190,7 +219,8 @@ class TokenHandler(TokensHandler):
     async def get(self, tid: str) -> None:
         self.require_user()
         doc = await self.owned(tid)
-        self.ok(token_view(self, doc, reveal=doc["user_id"] == self.current_user["_id"]))
+        view = token_view(self, doc, reveal=doc["user_id"] == self.current_user["_id"])
+        self.ok((await with_budget_use(self, [view]))[0])
 
     async def delete(self, tid: str) -> None:
         self.require_user()

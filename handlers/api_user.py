@@ -7,6 +7,7 @@ import re
 import secrets
 
 from console import strings
+from handlers.api_fields import budget_fields, budget_use, budgets_changed, timezone_field
 from handlers.base import ApiError, ApiHandler
 from models.passwords import hash_password_async, password_problem, verify_password_async
 from models.records import LIMIT_FIELDS, ROLE_USER, USER_ENABLED
@@ -35,7 +36,26 @@ def user_view(handler: ApiHandler, doc: dict) -> dict:
             # An address waiting for its code (notify/contact.py), else "".
             "pending_email": doc.get("pending_email", ""),
             "credit_limit": int(doc.get("credit_limit") or 0),
-            **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS}}
+            **{f: int(doc.get(f) or 0) for f in LIMIT_FIELDS},
+            # Budgets by period and their calendar (relay/money/budgets.py).
+            "budgets": dict(doc.get("budgets") or {}), "timezone": doc.get("timezone") or "UTC"}
+
+
+async def with_budget_use(handler: ApiHandler, view: dict) -> dict:
+    """The account's budgets' use this period (`budget_use`: the dashboard's bars)."""
+    use = await budget_use(handler, [("user", view["id"], view["budgets"])],
+                           lambda _s, _i: view["timezone"])
+    view["budget_use"] = use[("user", view["id"])]
+    return view
+
+
+async def save_budgets(handler: ApiHandler, target: dict, update: dict) -> None:
+    """After an account's budgets or time zone changed: the current periods'
+    counters follow a changed limit (a changed time zone starts counting
+    in the new calendar's periods)."""
+    if "budgets" in update:
+        await budgets_changed(handler, "user", target["_id"], target.get("budgets") or {},
+                              update["budgets"], update.get("timezone", target.get("timezone")))
 
 
 def email_of(value) -> str:
@@ -184,7 +204,7 @@ class SelfHandler(ApiHandler):
     open_before_password_change = True
 
     async def get(self) -> None:
-        self.ok(user_view(self, self.require_user()))
+        self.ok(await with_budget_use(self, user_view(self, self.require_user())))
 
     async def put(self) -> None:
         user = self.require_user()
@@ -199,6 +219,9 @@ class SelfHandler(ApiHandler):
             update["language"] = language_of(body["language"])
         if email == user.get("email", ""):
             email = None  # unchanged
+        # An account may limit its own spend by period (so may an administrator).
+        update.update(budget_fields(body))
+        update.update(await timezone_field(body))
         if body.get("password"):
             update.update(await self.new_password(user, body, None))
         if not update and email is None and "email" not in body:
@@ -218,12 +241,14 @@ class SelfHandler(ApiHandler):
         doc = (await self.store.db.users.find_one_and_update({"_id": user["_id"]}, change,
                                                              return_document=True)
                if change else await self.store.db.users.find_one({"_id": user["_id"]}))
+        await save_budgets(self, user, update)
         await self.ctx["catalog"].changed("user", user["_id"])
         if inc:
             # Every other session ends with the old password; this one goes on.
             await end_sessions(self.store, user["_id"])
             self.set_header("X-CSRF-Token", await self.start_session(doc))
-        self.ok(user_view(self, doc), note or ("Password changed." if inc else "Saved."))
+        self.ok(await with_budget_use(self, user_view(self, doc)),
+                note or ("Password changed." if inc else "Saved."))
 
     @staticmethod
     async def new_password(user: dict, body: dict, email: str | None) -> dict:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 import time
 
-from handlers.api_fields import _int, by_id, group_list, limit_fields, paged
-from handlers.api_user import (email_of, insert_user, language_of, set_email, user_view,
-                               validate_new_user)
+from handlers.api_fields import (_int, budget_fields, by_id, group_list, limit_fields, paged,
+                                 timezone_field)
+from handlers.api_user import (email_of, insert_user, language_of, save_budgets, set_email,
+                               user_view, validate_new_user)
 from handlers.base import ApiError, ApiHandler, ident
 from models.passwords import password_problem
 from models.records import MAX_QUOTA, ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER_ENABLED
@@ -85,6 +86,8 @@ class UsersHandler(ApiHandler):
             # signed out everywhere.
             reset = await reset_fields(password)
         update.update(limit_fields(body))
+        update.update(budget_fields(body))
+        update.update(await timezone_field(body))
         if not update and not unset and not reset and "quota" not in body and email is None:
             raise ApiError(400, "Nothing to change.")
         if email is not None:
@@ -100,6 +103,7 @@ class UsersHandler(ApiHandler):
             await self.store.db.users.update_one({"_id": target["_id"]}, change)
         if reset:
             await end_sessions(self.store, target["_id"])
+        await save_budgets(self, target, update)
         if "quota" in body:
             await self.ctx["billing"].set_remaining(USER, target["_id"],
                                                     _int(body["quota"], "quota", 0, MAX_QUOTA))

@@ -24,6 +24,22 @@ DECIMAL = {"oneOf": [NUM, STR]}
 LIMITS = {f: {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 10 ** 12},
                         {"type": "null"}]} for f in LIMIT_FIELDS}
 
+# Budgets by period (relay/money/budgets.py): quota units per calendar day,
+# week or month, 0 = none; the account's time zone is their calendar.  A
+# call over one is refused with 429 `budget_exceeded` and Retry-After.
+BUDGETS = {"budgets": {"oneOf": [{"type": "object", "additionalProperties": False,
+                                  "properties": {p: {"type": "integer", "minimum": 0,
+                                                     "maximum": 10 ** 15}
+                                                 for p in ("day", "week", "month")}},
+                                 {"type": "null"}]}}
+TIMEZONE = {"timezone": {"type": "string", "maxLength": 64,
+                         "description": "An IANA time zone name (UTC, Asia/Shanghai)."}}
+# A group's rate rules (relay/money/rates.py): tiers by input tokens and by
+# the account's spend this calendar month (credits), each multiplying the rate.
+RATE_TIERS = {"type": "array", "maxItems": 8, "items": {
+    "type": "object", "additionalProperties": False, "required": ["from", "factor"],
+    "properties": {"from": DECIMAL, "factor": DECIMAL}}}
+
 
 def obj(required: tuple = (), **props) -> dict:
     out = {"type": "object", "properties": props}
@@ -74,8 +90,10 @@ USER_FIELDS = dict(username=STR, password=STR, email=STR, group=STR, display_nam
                        "oneOf": [{"type": "array", "items": STR}, {"type": "null"}]}, **LIMITS)
 TOKEN_FIELDS = dict(name=STR, remain_quota=INT64, unlimited_quota=BOOL, expired_time=INT64,
                     group=STR, allow_ips=NAMES, model_limits_enabled=BOOL, model_limits=NAMES,
-                    billing_mode={"enum": ["per_token", "per_call"]}, status=INT64, **LIMITS)
-GROUP_FIELDS = dict(name=STR, rate=DECIMAL, description=STR, enabled=BOOL, usable_groups=NAMES)
+                    billing_mode={"enum": ["per_token", "per_call"]}, status=INT64, **LIMITS,
+                    **BUDGETS)
+GROUP_FIELDS = dict(name=STR, rate=DECIMAL, description=STR, enabled=BOOL, usable_groups=NAMES,
+                    input_tiers=RATE_TIERS, spend_tiers=RATE_TIERS)
 # Every price component (models/records.PRICE_COMPONENTS) and prompt-size tiers.
 PRICE_FIELDS = dict(model=STR, group=STR, **{f: DECIMAL for f in PRICE_COMPONENTS},
                     tiers={"type": "array", "items": obj(
@@ -105,10 +123,11 @@ PATHS: dict[str, dict] = {
                                       public=True)},
     "/api/user/self": {"get": op("The caller's account."),
                        "put": op("Change the caller's name, opt-in, language (of the console "
-                                 "and of notifications) or password; a new e-mail address "
-                                 "waits for the code mailed to it.",
+                                 "and of notifications), budgets by period, time zone or "
+                                 "password; a new e-mail address waits for the code mailed to it.",
                                  obj(display_name=STR, email=STR, marketing_opt_in=BOOL,
-                                     language=LANGUAGE, password=STR, original_password=STR))},
+                                     language=LANGUAGE, password=STR, original_password=STR,
+                                     **BUDGETS, **TIMEZONE))},
     "/api/user/self/email": {"post": op("Confirm the pending e-mail address with its code.",
                                         obj(("code",), code=STR))},
     "/api/user/token": {"post": op("A new access token for Authorization: Bearer.")},
@@ -118,7 +137,8 @@ PATHS: dict[str, dict] = {
                                         "enum": ["enable", "disable", "promote", "demote"]}))},
     "/api/user/": {"get": op("Users (admin).", query={"keyword": STR, **PAGE}),
                    "post": op("Create a user (admin).", obj(**USER_FIELDS)),
-                   "put": op("Change a user (admin).", obj(("id",), id=INT64, **USER_FIELDS))},
+                   "put": op("Change a user (admin).", obj(("id",), id=INT64, **USER_FIELDS,
+                                                           **BUDGETS, **TIMEZONE))},
     "/api/user/{id}/quota": {"post": op("Add or remove balance with a reason (admin).",
                                         obj(("amount", "reason"), amount=INT64, reason=STR),
                                         path={"id": ID})},

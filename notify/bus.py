@@ -10,6 +10,8 @@ Topics in use:
 - "token_balance"  {user_id, token_id, remain_quota, used_quota}
 - "balance_applied" {kind, user_id, token_id, remaining, before}  (the truth, read back
                    after a flush or a credit: what quota warnings are decided from)
+- "budget_used"    {counter_id, user_id, token_id, period, limit, used}  (a budget's
+                   counter read back at 80% used or more: notify/rules.py)
 - "usage"          {user_id, record}
 - "announcement"   {id, title, content, kind: "announcement"|"marketing"}
 """

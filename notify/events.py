@@ -31,6 +31,10 @@ WARNINGS = ("user_quota_warning", "key_quota_warning")
 # About one key, throttled like a warning, for the subscriptions watching it
 # (notify/cache_watch.py raises the one there is).
 KEY_ALERTS = ("key_cache_collapse",)
+# Events about one user's money, written in that user's language: the two
+# warnings, and a budget by period 80% used (once a period: its event id is
+# the period's counter, relay/money/budgets.py).
+PERSONAL = WARNINGS + ("budget_warning",)
 WINDOW = 3600  # at most one warning per subject in any 60 minutes
 
 
@@ -116,7 +120,8 @@ class Events:
                                               {"username": 1, "language": 1}):
                 users[u["_id"]] = u
         key_name = ""
-        if etype == "key_quota_warning" or etype in KEY_ALERTS:
+        if etype == "key_quota_warning" or etype in KEY_ALERTS or (
+                etype == "budget_warning" and p.get("token_id")):
             tok = await self.db.tokens.find_one({"_id": p["token_id"]}, {"name": 1})
             key_name = (tok or {}).get("name", "")
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(event["created_at"]))
@@ -126,7 +131,7 @@ class Events:
         for s in subs:
             user = users.get(s["user_id"], {})
             # The rest stays as written.
-            lang = words.language(user) if etype in WARNINGS + KEY_ALERTS else ""
+            lang = words.language(user) if etype in PERSONAL + KEY_ALERTS else ""
             title, content, threshold = self._text(etype, p, s, key_name, lang)
             docs.append({
                 "_id": f"{occurrence}|{s['_id']}", "event_id": occurrence, "sub_id": s["_id"],
@@ -163,7 +168,7 @@ class Events:
 
     async def _targets(self, etype: str, p: dict) -> list[dict]:
         flt = {"event_types": {"$in": [etype]}, "enabled": True}
-        if etype in WARNINGS + KEY_ALERTS:
+        if etype in PERSONAL + KEY_ALERTS:
             flt["user_id"] = p["user_id"]
         subs = sort_by_id(await self.db.notify_subscriptions.find(flt).to_list(None))
         if etype == "marketing" and subs:
@@ -176,7 +181,7 @@ class Events:
         elif etype == "key_quota_warning":
             subs = [s for s in subs if p["balance"] < s.get("key_threshold", 0)
                     and (not s.get("key_ids") or p["token_id"] in s["key_ids"])]
-        elif etype in KEY_ALERTS:
+        elif etype in KEY_ALERTS or (etype == "budget_warning" and p.get("token_id")):
             subs = [s for s in subs if not s.get("key_ids") or p["token_id"] in s["key_ids"]]
         return subs
 
@@ -188,6 +193,8 @@ class Events:
             return words.warning(etype, p, sub, key_name, lang)
         if etype in KEY_ALERTS:
             return words.cache_collapse(p, key_name, lang) + ("",)
+        if etype == "budget_warning":
+            return words.budget(p, key_name, lang)
         return p.get("title", ""), p.get("content", ""), ""
 
     # ---- recovery ------------------------------------------------------------

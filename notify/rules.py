@@ -40,7 +40,24 @@ class Rules:
         self._tasks: set[asyncio.Task] = set()
 
     def attach(self, bus) -> list:
-        return [bus.subscribe("balance_applied", self.on_applied)]
+        return [bus.subscribe("balance_applied", self.on_applied),
+                bus.subscribe("budget_used", self.on_budget)]
+
+    def on_budget(self, topic: str, data: dict) -> None:
+        """A budget's counter read back at 80% used or more (billing): raise
+        `budget_warning` once for its period.  The event's id is the
+        counter's, which names the period, so of all relays and read-backs
+        one insert wins; the others are remembered here and not tried again."""
+        cid = data.get("counter_id")
+        if not cid or data.get("user_id") is None:
+            return
+        if self._remember(("budget", cid), 1) is not None:
+            return
+        self._spawn(self.events.raise_event(
+            f"budget_warning:{cid}", "budget_warning",
+            {"user_id": data["user_id"], "token_id": data.get("token_id"), "counter": cid,
+             "period": data.get("period"), "limit": int(data["limit"]),
+             "used": int(data["used"]), "balance": int(data["limit"]) - int(data["used"])}))
 
     def watching(self, user_id: int) -> bool:
         """Whether the account's balances (and its keys') are worth reading

@@ -35,7 +35,7 @@ TEST_SENDS_PER_HOUR = 5
 SUBSCRIPTION_KIND = "notify_subscription"  # catalog invalidation kind
 # The events a test send or a preview may show (their words: notify/words.py).
 SAMPLE = ("announcement", "marketing", "user_quota_warning", "key_quota_warning",
-          "key_cache_collapse")
+          "key_cache_collapse", "budget_warning")
 # What a test send of a cache alert says (the figures of a real one are the key's).
 CACHE_SAMPLE = {"before": 0.82, "now": 0.07, "minutes": 10, "tokens": 250_000}
 
@@ -156,6 +156,13 @@ class Notifier:
         v = {"event_type": event_type, "title": title, "content": content,
              "user": user.get("username", ""), "key_name": "", "balance": "", "threshold": "",
              "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.clock()))}
+        if event_type == "budget_warning":
+            # An example: the account's first budget (else $10 a day), 80% used.
+            period, limit = next(iter((user.get("budgets") or {"day": 5_000_000}).items()))
+            p = {"period": period, "limit": int(limit), "used": int(limit) * 4 // 5}
+            v["title"], v["content"], v["threshold"] = words.budget(p, "", lang)
+            v["balance"] = p["limit"] - p["used"]
+            return v
         if event_type in KEY_ALERTS:
             key = await self._sample_key(user["_id"], (sub or {}).get("key_ids") or [])
             v["key_name"] = key.get("name", "") if key else "example-key"

@@ -21,7 +21,7 @@ from models.store import insert_capped, now, sort_by_id
 from notify import channels, templates
 
 EVENT_TYPES = ("announcement", "marketing", "user_quota_warning", "key_quota_warning",
-               "key_cache_collapse")
+               "key_cache_collapse", "budget_warning")
 MAX_PER_USER = 50
 # Keys one subscription may watch (an account has at most max_keys_per_user).
 MAX_KEY_IDS = 1000

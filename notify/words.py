@@ -81,6 +81,22 @@ def cache_collapse(payload: dict, key_name: str, lang: str) -> tuple[str, str]:
               tokens=f"{int(payload.get('tokens') or 0):,}"))
 
 
+def budget(payload: dict, key_name: str, lang: str) -> tuple[str, str, int]:
+    """(title, content, threshold) of a budget by period 80% used."""
+    t = strings.translator(lang)
+    period = t(f"notice.period.{payload.get('period', 'day')}")
+    used, limit = money(payload["used"], lang), money(payload["limit"], lang)
+    if payload.get("token_id"):
+        # As in a key's warning: its name (the user's text) only quoted in the body.
+        return (t("notice.key_budget.title", id=payload["token_id"], period=period),
+                t("notice.key_budget.content", key=user_text(key_name), id=payload["token_id"],
+                  period=period, used=used, limit=limit),
+                payload["limit"])
+    return (t("notice.user_budget.title", period=period),
+            t("notice.user_budget.content", period=period, used=used, limit=limit),
+            payload["limit"])
+
+
 def sample(event_type: str, lang: str) -> tuple[str, str]:
     """(title, content) of a test message of an announcement-like event."""
     t = strings.translator(lang)
