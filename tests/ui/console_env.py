@@ -63,7 +63,7 @@ def upstream():
 def env(relay, admin, upstream):
     admin.create_channel(upstream.url + "/mode/slow", ["slow-model"], name="slow")
     admin.set_price("slow-model", input_price=1, output_price=1)
-    admin.create_channel(upstream.url, ["gpt-4o-mini", "gpt-4o"], groups=["default", "vip"],
+    admin.create_channel(upstream.url, ["gpt-4o-mini", "gpt-4o"], groups=["default", "origin", "vip"],
                          name="fake-openai")
     admin.set_price("gpt-4o-mini", input_price=2, output_price=8)
     admin.set_price("gpt-4o", input_price=5, output_price=15)
@@ -99,7 +99,7 @@ def ensure_browser_key(env) -> None:
     """The key the key-form test makes, for running a later test on its own."""
     items = env["api"].get("/api/token/?size=100")["data"]["items"]
     if not [k for k in items if k["name"] == "browser-key"]:
-        env["api"].create_token("browser-key", unlimited_quota=True, group="vip",
+        env["api"].create_token("browser-key", unlimited_quota=True, group="origin",
                                 allow_ips="127.0.0.1\n10.0.0.0/8\n::1",
                                 model_limits_enabled=True, model_limits=["gpt-4o-mini"])
 

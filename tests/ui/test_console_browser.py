@@ -76,8 +76,9 @@ def test_create_key_with_group_allow_list_and_model_lock(relay, env, b):
     b.find("#keys-table tbody tr")
     b.click("#new-key")
     b.type("#k-name", "browser-key")
-    Select(b.find("#k-group")).select_by_value("vip")
-    b.wait(lambda d: "Rate ×1.2" in b.text("#k-group-info"), what="group rate shown")
+    Select(b.find("#k-group")).select_by_value("origin")
+    b.wait(lambda d: b.text("#k-group-info").startswith("×1 on every call."),
+           what="group rate shown")
     b.find("#k-unlimited").click()
     assert not b.find("#k-quota").is_enabled()
     b.type("#k-ips", "127.0.0.1\n300.1.2.3")
@@ -97,11 +98,11 @@ def test_create_key_with_group_allow_list_and_model_lock(relay, env, b):
     row = b.wait(lambda d: [r for r in b.all("#keys-table tbody tr")
                             if r.get_attribute("data-name") == "browser-key"], what="row")[0]
     cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
-    assert cells[2] == "vip" and cells[3] == "Unlimited"
+    assert cells[2] == "origin" and cells[3] == "Unlimited"
     assert cells[6] == "127.0.0.1, 10.0.0.0/8, ::1" and cells[7] == "gpt-4o-mini"
     assert "*" in row.find_element(By.CSS_SELECTOR, ".masked").text  # masked in the table
     tok = [k for k in env["api"].get("/api/token/")["data"]["items"] if k["name"] == "browser-key"][0]
-    assert tok["group"] == "vip" and tok["model_limits_enabled"] and tok["model_limits"] == "gpt-4o-mini"
+    assert tok["group"] == "origin" and tok["model_limits_enabled"] and tok["model_limits"] == "gpt-4o-mini"
     assert tok["allow_ips"] == "127.0.0.1\n10.0.0.0/8\n::1" and tok["unlimited_quota"]
     assert (tok["rpm_limit"], tok["tpm_limit"], tok["concurrency_limit"]) == (60, 0, 4)
     b.screenshot("keys")

@@ -1,7 +1,8 @@
 import { t } from '../i18n.js';
 import { del, get, post, put } from '../api.js';
 import { boot } from '../common.js';
-import { $, el, fillRows, formData, showError, showOk, toast, when } from '../ui.js';
+import { $, el, fillRows, formData, showError, showOk, toast, toUnits, when } from '../ui.js';
+import { PERIODS, budgetBars } from '../budgets.js';
 
 boot();
 const form = $('#password-form');
@@ -97,5 +98,27 @@ $('#sign-out-everywhere').addEventListener('click', async () => {
   }
 });
 
-Promise.all([loadSessions(), get('/api/user/self').then(showEmail)])
+// The account's budgets by period, in its time zone (relay/money/budgets.py).
+const budgetForm = $('#budget-form');
+function showBudgets(me) {
+  budgetForm.elements.timezone.value = me.timezone || 'UTC';
+  for (const p of PERIODS) budgetForm.elements[p].value = me.budgets[p] ? String(me.budgets[p] / 500000) : '';
+  $('#b-bars').replaceChildren(...budgetBars(me.budget_use));
+}
+budgetForm.addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const status = $('#budget-status');
+  const budgets = {};
+  try {
+    for (const p of PERIODS) budgets[p] = toUnits(budgetForm.elements[p].value || '0');
+    showBudgets(await put('/api/user/self', { timezone: budgetForm.elements.timezone.value.trim(), budgets }));
+    showOk(status, t('common.saved'));
+  } catch (err) { showError(status, err); }
+});
+try {
+  const zones = Intl.supportedValuesOf ? Intl.supportedValuesOf('timeZone') : [];
+  $('#b-zones').replaceChildren(...['UTC', ...zones].map((z) => el('option', { value: z })));
+} catch (e) { /* typing a name works without the list */ }
+
+Promise.all([loadSessions(), get('/api/user/self').then((me) => { showEmail(me); showBudgets(me); })])
   .catch((err) => showError(null, err)).finally(() => { document.body.dataset.ready = '1'; });

@@ -3,6 +3,7 @@ import { locale, t } from '../i18n.js';
 import { get } from '../api.js';
 import * as live from '../live.js';
 import { boot, setBalance } from '../common.js';
+import { budgetBars } from '../budgets.js';
 import { $, el, credits, num, when, showError, UNITS_PER_CREDIT } from '../ui.js';
 
 boot();
@@ -124,7 +125,14 @@ $('#ping-again').addEventListener('click', loadBases);
 window.addEventListener('resize', () => { if (plot) plot.setSize({ width: Math.max(280, $('#chart').clientWidth), height: 260 }); });
 
 const report = (e) => showError(null, e);
-get('/api/user/self').then((me) => setBalance(me.quota, me.used_quota)).catch(report);
+// The account's budgets by period: a bar each, read again after new usage.
+function showBudgets(me) {
+  const bars = budgetBars(me.budget_use);
+  $('#dash-budgets').hidden = !bars.length;
+  $('#budget-bars').replaceChildren(...bars);
+}
+live.on('usage', () => { clearTimeout(window.__budgetTimer); window.__budgetTimer = setTimeout(() => get('/api/user/self').then(showBudgets).catch(() => {}), 1500); });
+get('/api/user/self').then((me) => { setBalance(me.quota, me.used_quota); showBudgets(me); }).catch(report);
 loadChart().catch(report);
 loadBases().catch(report);
 loadAnnouncements().catch(report);

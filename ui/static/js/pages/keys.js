@@ -3,6 +3,7 @@ import { get, post, put, del } from '../api.js';
 import * as live from '../live.js';
 import { boot } from '../common.js';
 import { checkAllowList } from '../net.js';
+import { PERIODS, budgetBars, ruleWords } from '../budgets.js';
 import { $, el, credits, toUnits, when, fillRows, showError, showOk, copyText, openDialog, toast } from '../ui.js';
 
 boot();
@@ -31,7 +32,8 @@ async function openChat(k) {
 }
 
 function row(k) {
-  const remain = el('td', { class: 'remain', dataset: { quota: k.remain_quota } }, remainingText(k));
+  const remain = el('td', { class: 'remain', dataset: { quota: k.remain_quota } },
+    el('span', { class: 'remain-text' }, remainingText(k)), ...budgetBars(k.budget_use));
   const enabled = k.status === 1;
   return el('tr', { dataset: { id: k.id, name: k.name } },
     el('td', { class: 'name' }, k.name),
@@ -70,7 +72,7 @@ async function remove(k) {
 
 function groupInfo() {
   const g = groups.find((x) => x.name === $('#k-group').value);
-  $('#k-group-info').textContent = g ? t('keys.group_info', { rate: g.rate, description: g.description || '' }) : '';
+  $('#k-group-info').textContent = g ? t('keys.group_rule', { rule: ruleWords(g), description: g.description || '' }) : '';
 }
 
 async function fillModels(selected = []) {
@@ -112,6 +114,7 @@ async function edit(k) {
   $('#k-billing').value = k ? k.billing_mode : 'per_token';
   $('#k-expiry').value = k ? toLocalInput(k.expired_time) : '';
   for (const f of LIMITS) form.elements[f].value = k ? k[f] || 0 : 0;
+  for (const p of PERIODS) form.elements[`budget_${p}`].value = k && k.budgets[p] ? String(k.budgets[p] / 500000) : '';
   $('#key-dialog-title').textContent = k ? t('keys.edit_title', { name: k.name }) : t('keys.form_title');
   groupInfo();
   syncSwitches();
@@ -139,7 +142,11 @@ form.addEventListener('submit', async (ev) => {
   const models = [...$('#k-models-list').querySelectorAll('input:checked')].map((i) => i.value);
   if (lock && !models.length) { showError(status, new Error(t('keys.pick_model'))); return; }
   let remain;
-  try { remain = toUnits($('#k-quota').value || '0'); } catch (e) { showError(status, e); return; }
+  const budgets = {};
+  try {
+    remain = toUnits($('#k-quota').value || '0');
+    for (const p of PERIODS) budgets[p] = toUnits(form.elements[`budget_${p}`].value || '0');
+  } catch (e) { showError(status, e); return; }
   const body = {
     name: $('#k-name').value.trim(), group: $('#k-group').value,
     unlimited_quota: $('#k-unlimited').checked, remain_quota: remain,
@@ -147,6 +154,7 @@ form.addEventListener('submit', async (ev) => {
     model_limits_enabled: lock, model_limits: models,
     billing_mode: $('#k-billing').value, expired_time: expired,
     ...Object.fromEntries(LIMITS.map((f) => [f, Number(form.elements[f].value || 0)])),
+    budgets,
   };
   const id = form.elements.id.value;
   // Setting the remaining quota of a key in use to what the form showed
@@ -183,7 +191,7 @@ live.on('token_balance', (m) => {
   if (!tr || !k) return;
   k.remain_quota = m.remain_quota;
   const cell = tr.querySelector('.remain');
-  cell.textContent = remainingText(k);
+  cell.querySelector('.remain-text').textContent = remainingText(k);
   cell.dataset.quota = String(m.remain_quota);
 });
 

@@ -42,7 +42,9 @@ function row(r) {
     el('td', {}, r.unpaid > 0
       ? [credits(r.quota), ' ', el('span', { class: 'badge s2', title: t('usage.unpaid_hint', { cost: credits(r.cost) }) },
           t('usage.unpaid_badge', { unpaid: credits(r.unpaid) }))]
-      : credits(r.quota)),
+      : credits(r.quota),
+      // A group's tiered rate (relay/money/rates.py): the one this call got.
+      r.rate_rule && r.rate_rule !== 'flat' ? el('small', { class: 'parts', title: r.rate_rule }, t('usage.rate', { rate: r.rate })) : ''),
     el('td', {}, el('span', { class: `badge ${r.status >= 400 ? 's2' : 's1'}` }, String(r.status ?? ''))),
     el('td', {}, r.duration_ms ? `${num(r.duration_ms)} ms` : ''));
 }
