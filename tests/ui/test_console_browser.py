@@ -211,6 +211,36 @@ def test_keys_edit_disable_enable_delete(relay, env, b):
     no_script_errors(b)
 
 
+def test_budgets_show_as_bars_on_keys_the_account_and_the_dashboard(relay, env, b):
+    api = env["api"]
+    tok = api.create_token("budgeted", remain_quota=1_000_000, budgets={"day": 1_000_000})
+    r = requests.post(relay.url + "/v1/chat/completions", timeout=30,
+                      headers={"Authorization": f"Bearer {tok['key']}"},
+                      json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200
+    b.get(relay.url + "/console/keys")
+    bar = b.wait(lambda d: b.all("#keys-table tbody tr[data-name='budgeted'] .budget"),
+                 what="the key's bar")[0]
+    assert bar.text.startswith("Today: ") and bar.text.endswith(" of 2.00"), bar.text
+    assert bar.find_element(By.CSS_SELECTOR, "progress").get_attribute("max") == "1000000"
+    b.get(relay.url + "/console/account")
+    b.wait(lambda d: b.find("#b-timezone").get_attribute("value") == "UTC", what="the zone")
+    b.type("#b-timezone", "Mars/Olympus")
+    b.click("#budget-save")
+    b.wait(lambda d: "IANA" in b.text("#budget-status"), what="an unknown zone refused")
+    b.type("#b-timezone", "Asia/Shanghai")
+    b.type("#b-week", "5")
+    b.click("#budget-save")
+    b.wait(lambda d: b.all("#b-bars .budget"), what="the account's bar")
+    me = api.get("/api/user/self")["data"]
+    assert me["timezone"] == "Asia/Shanghai" and me["budgets"] == {"week": 2_500_000}
+    b.get(relay.url + "/console/")
+    b.wait(lambda d: "This week: " in b.text("#budget-bars"), what="the dashboard's bar")
+    no_script_errors(b)
+    api.put("/api/user/self", {"budgets": {}, "timezone": "UTC"})
+    api.delete(f"/api/token/{tok['id']}")
+
+
 def test_markdown_renders_safely(relay, b):
     b.get(relay.url + "/console/chat")
     b.find("body[data-ready='1']")

@@ -119,6 +119,17 @@ def test_admin_users_codes_groups_and_settings(relay, admin, admin_b, env):
                        if r.get_attribute("data-name") == "team"], what="group row")
     team = [g for g in admin.get("/api/group/")["data"] if g["name"] == "team"][0]
     assert team["rate"] == 0.8 and team["description"] == "Our own team"
+    # A rate rule: tiers typed as JSON, refused unsorted, shown in words.
+    br.type("#g-input-tiers", '[{"from": 50, "factor": 1}, {"from": 10, "factor": 1}]')
+    br.click("#group-form button[type='submit']")
+    br.wait(lambda d: "sorted" in br.text("#group-status"), what="unsorted tiers refused")
+    br.type("#g-input-tiers", '[{"from": 32000, "factor": 0.6}]')
+    br.click("#group-form button[type='submit']")
+    br.wait(lambda d: [r for r in br.texts("#groups-table tbody tr") if r.startswith("team")
+                       and "×0.48 for a prompt of 32,000 input tokens or more" in r],
+            what="the rule in words")
+    team = [g for g in admin.get("/api/group/")["data"] if g["name"] == "team"][0]
+    assert team["input_tiers"] == [{"from": 32000, "factor": 0.6}]
 
     br.get(relay.url + "/console/admin/settings")
     br.click("#add-base")
