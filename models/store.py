@@ -11,14 +11,15 @@ import logging
 import time
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReturnDocument
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
 from models.compat import Quirks, find_page, probe, sort_by_id
 from models.embedded import EmbeddedMongo
 
 __all__ = ["Store", "DuplicateKeyError", "PyMongoError", "ReturnDocument", "ASCENDING", "DESCENDING",
-           "insert_records", "insert_capped", "all_of", "DUPLICATE_KEY", "sort_by_id"]
+           "insert_records", "insert_capped", "all_of", "DUPLICATE_KEY", "sort_by_id", "Op",
+           "bulk_apply", "read_marks"]
 
 # Matched by code, never by text: nx-27017 says "UNIQUE constraint failed"
 # where MongoDB says "E11000 duplicate key error".
@@ -44,6 +45,14 @@ INDEXES: dict[str, list[tuple[list, dict]]] = {
     "usage": [([("user_id", ASCENDING), ("created_at", DESCENDING)], {}),
               ([("created_at", DESCENDING)], {}),
               ([("token_id", ASCENDING)], {})],
+    # Rollups (relay/money/rollups.py): by day, and by each filter and day.
+    "usage_days": [([("day", ASCENDING)], {})],
+    "usage_day_keys": [([("day", ASCENDING)], {}),
+                       ([("user_id", ASCENDING), ("day", ASCENDING)], {}),
+                       ([("token_id", ASCENDING), ("day", ASCENDING)], {}),
+                       ([("model", ASCENDING), ("day", ASCENDING)], {}),
+                       ([("channel_id", ASCENDING), ("day", ASCENDING)], {}),
+                       ([("status", ASCENDING), ("day", ASCENDING)], {})],
     "processes": [([("dead", ASCENDING), ("heartbeat", ASCENDING)], {})],
     "invalidations": [([("ts", ASCENDING)], {})],
     # Pruned by these (models/housekeeping.py).
@@ -156,6 +165,40 @@ async def insert_capped(coll, doc: dict, scope: dict, cap: int) -> bool:
         return True
     await coll.delete_one({"_id": doc["_id"]})
     return False
+
+
+class Op(UpdateOne):
+    """An update_one for bulk_apply that remembers which document it is for."""
+
+    def __init__(self, ident, flt: dict, update: dict, upsert: bool = False):
+        super().__init__(flt, update, upsert=upsert)
+        self.ident = ident
+
+
+async def bulk_apply(coll, ops: list) -> None:
+    """Many conditional updates as one command (bulk_write, unordered).
+
+    An update whose filter did not match changes nothing and is no error;
+    an upsert that meets a document already there (code 11000) is no error
+    either: the caller reads the documents back to see what each update did
+    (models/store.read_marks).  Any other error is raised."""
+    if not ops:
+        return
+    try:
+        await coll.bulk_write(ops, ordered=False)
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors") or []
+        if exc.details.get("writeConcernErrors") or any(
+                e.get("code") != DUPLICATE_KEY for e in errors):
+            raise
+
+
+async def read_marks(coll, ids, projection: dict) -> dict:
+    """{_id: document} of the documents with these ids (one read)."""
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        return {}
+    return {d["_id"]: d async for d in coll.find({"_id": {"$in": ids}}, projection)}
 
 
 def now() -> int:

@@ -1,6 +1,8 @@
 """The billing flusher: each tick stores a bounded batch of usage records,
-applies it to the balances idempotently, reads back the balances someone
-watches and returns idle leases; beside it a guard moves late records to
+applies it to the balances and the usage rollups idempotently (one bulk
+write per collection, then one read of the documents written, which gives
+the balances someone watches as they are after it) and returns idle
+leases; beside it a guard moves late records to
 the spill file, a heartbeat keeps this process alive, and a loop answers
 other relays' recalls every tick (relay/money/recalls.py).
 relay/money/leases.py explains the design."""
@@ -10,11 +12,57 @@ import asyncio
 import logging
 import time
 
-from models.store import PyMongoError, insert_records
+from models.store import DuplicateKeyError, Op, PyMongoError, bulk_apply, insert_records
+from models.store import read_marks
+from relay.money import rollups
 from relay.money.leases import BUDGET, COLLECTIONS, TOKEN, USER, Leases
 from relay.money.usage import stored
 
 log = logging.getLogger("relay.billing")
+
+
+# What a balance's view needs of its document (relay/money/shown.py figures),
+# and what billing's balance_applied says of it (whose key, whether limited).
+# What the read-back needs: the figures and marks, and what the on_applied
+# hooks publish (balance_applied; a budget's limit and period for budget_used).
+BALANCE_FIELDS = {"quota": 1, "used_quota": 1, "leases": 1, "applied": 1,
+                  "user_id": 1, "unlimited_quota": 1, "token_id": 1, "limit": 1,
+                  "period": 1}
+
+
+def balance_ops(proc: str, ident: int, leased: bool, items: list[tuple[int, int]],
+                marked: bool | None) -> list:
+    """The conditional update(s) that apply one process's charges to one
+    balance (relay/money/leases.py, step 2): `marked` says whether the
+    document has the process's mark (None: not known, then both forms go,
+    and at most one of them can match)."""
+    mark, lease = f"applied.{proc}", f"leases.{proc}"
+    first, last = min(s for s, _ in items), max(s for s, _ in items)
+    total = sum(q for _, q in items)
+    inc = {lease: -total, "used_quota": total} if leased else {"used_quota": total}
+    conds = ([{"$lt": first}] if marked is not False else []) + (
+        [{"$exists": False}] if marked is not True else [])
+    # Flat filters: a `$or` would need `$and` around it on nx-27017, and a
+    # `$and` there is answered by reading every document (models/compat.py).
+    return [Op(ident, {"_id": ident, mark: c, **({lease: {"$exists": True}} if leased else {})},
+               {"$inc": inc, "$set": {mark: last}}) for c in conds]
+
+
+def rollup_ops(d: rollups.Delta, marked: bool | None) -> list:
+    """The conditional update(s) that add one process's records to one
+    rollup document; the form for an absent mark also makes the document
+    (where the mark is there after all, that one fails as a duplicate,
+    which bulk_apply lets be)."""
+    mark = f"{rollups.MARK}.{d.proc}"
+    inc = d.inc()
+    out = []
+    if marked is not False:
+        out.append(Op(d.id, {"_id": d.id, mark: {"$lt": d.first}},
+                      {"$inc": inc, "$set": {mark: d.last}}))
+    if marked is not True:
+        out.append(Op(d.id, {"_id": d.id, mark: {"$exists": False}},
+                      {"$inc": inc, "$set": {mark: d.last}, "$setOnInsert": d.dims}, upsert=True))
+    return out
 
 
 def subjects_of(record: dict) -> list[tuple[str, int, bool]]:
@@ -31,6 +79,12 @@ def subjects_of(record: dict) -> list[tuple[str, int, bool]]:
 
 class Flusher(Leases):
     """Leases, and the flusher that makes charges durable."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Rollup documents that have this process's mark, by day: which form
+        # of update to send (a wrong guess costs one document the long way).
+        self._rolled: dict[int, set] = {}
 
     def start(self) -> None:
         if self._flusher is None:
@@ -93,10 +147,11 @@ class Flusher(Leases):
             # Our own records at or below applied_upto are a copy the guard
             # wrote while a slow tick was still storing them.
             batch = [r for r in batch if r["proc"] != self.pid or r["seq"] > self.applied_upto]
+            applied: dict[tuple, dict] = {}
             try:
                 if batch:
                     await self._db(insert_records(self.store.db.usage, [stored(r) for r in batch]))
-                    await self._db(self._apply(batch))
+                    applied = await self._db(self._apply(batch))
                 self.journal.done(offset)
             except BaseException:
                 self.journal.failed()
@@ -116,33 +171,122 @@ class Flusher(Leases):
                                                  "applied_created": self.applied_created,
                                                  "flushed_at": min(durable, started)}}))
                 try:
-                    await self._db(self._read_back(batch))
+                    await self._db(self._read_back(batch, applied))
                 except (PyMongoError, asyncio.TimeoutError) as exc:
                     # Applied all the same; the next flush of the balance reads it.
                     log.warning("reading back applied balances: %s", exc or type(exc).__name__)
             await self._release_idle(release_all)
             return not self.journal.spill.empty
 
-    async def _apply(self, records: list[dict]) -> None:
-        """Apply records to the balances, idempotently (see the docstring)."""
+    async def _apply(self, records: list[dict]) -> dict:
+        """Apply records to the balances and the rollups, idempotently (see
+        relay/money/leases.py and relay/money/rollups.py): one bulk write per
+        collection, whatever the number of distinct keys, accounts and
+        rollup documents, then one read of the documents written, which
+        shows each one's mark; the few whose mark did not reach their last
+        record (a guess about a mark that was wrong, a lease that is gone, a
+        batch applied before) go the long way, one by one.  Returns the
+        balance documents as they are after it, {(kind, id): document}."""
+        plan: dict[str, list] = {}
         groups: dict[tuple, list] = {}
         for r in records:
             for kind, ident, leased in subjects_of(r):
                 groups.setdefault((r["proc"], kind, ident, leased), []).append(
                     (int(r["seq"]), int(r.get("quota") or 0)))
         for (proc, kind, ident, leased), items in groups.items():
-            await self._apply_one(proc, kind, ident, leased, items)
+            b = self._bal.get((kind, ident))
+            marked = None if b is None else proc in b.shown.marks
+            for op in balance_ops(proc, ident, leased, items, marked):
+                plan.setdefault(COLLECTIONS[kind], []).append(op)
+        moves = rollups.deltas(records)
+        for d in moves:
+            for op in rollup_ops(d, self._rolled_hint(d)):
+                plan.setdefault(d.collection, []).append(op)
+        seen = {coll: await self._bulk(coll, ops) for coll, ops in plan.items()}
+        touched: dict[tuple, dict] = {}
+        long_way: set[tuple] = set()
+        for (proc, kind, ident, leased), items in groups.items():
+            doc = seen.get(COLLECTIONS[kind], {}).get(ident)
+            last = max(s for s, _ in items)
+            if doc is None or int((doc.get("applied") or {}).get(proc, 0)) < last:
+                await self._apply_one(proc, kind, ident, leased, items)
+                # What was read is from before this: not the balance after.
+                long_way.add((kind, ident))
+                touched.pop((kind, ident), None)
+            elif (kind, ident) not in long_way:
+                touched[(kind, ident)] = doc
+                b = self._bal.get((kind, ident))
+                if b is not None:
+                    self._learn(b, doc)
             b = self._bal.get((kind, ident)) if proc in self.own_ids else None
             run = b.shown.runs.get(proc) if b is not None else None
             if run is not None:
                 # By sequence number, so a batch applied again changes nothing.
-                run.applied(max(s for s, _ in items), time.monotonic())
+                run.applied(last, time.monotonic())
+        for d in moves:
+            doc = seen.get(d.collection, {}).get(d.id)
+            if doc is None or int((doc.get(rollups.MARK) or {}).get(d.proc, -1)) < d.last:
+                await self._rollup_one(d)
+            if d.proc == self.pid:
+                self._rolled.setdefault(int(d.dims["day"]), set()).add(
+                    (d.collection, d.id, d.proc))
+        self._forget_rolled()
+        return touched
 
-    async def _read_back(self, records: list[dict]) -> None:
-        """Read the balances just applied (one find per collection) that
-        someone watches (`watched`: accounts with quota warnings): the truth
-        the hooks decide warnings from (`on_applied`, given what the batch
-        took from each), and what this relay sizes its leases by."""
+    async def _bulk(self, coll: str, ops: list) -> dict:
+        """One collection's updates as one command, then its documents read
+        back ({_id: document}: the balance's figures, or the rollup's marks)."""
+        await bulk_apply(self.store.db[coll], ops)
+        return await read_marks(self.store.db[coll], [op.ident for op in ops],
+                                BALANCE_FIELDS if coll in COLLECTIONS.values() else
+                                {rollups.MARK: 1})
+
+    def _rolled_hint(self, d: rollups.Delta) -> bool | None:
+        """Whether document d has this process's mark (None: not known)."""
+        if d.proc != self.pid:
+            return None
+        return (d.collection, d.id, d.proc) in self._rolled.get(int(d.dims["day"]), ())
+
+    def _forget_rolled(self) -> None:
+        """Days before yesterday get no more records of this process."""
+        today = rollups.day_of(time.time())
+        for day in [d for d in self._rolled if d < today - rollups.DAY]:
+            del self._rolled[day]
+
+    async def _rollup_one(self, d: rollups.Delta) -> None:
+        """One rollup document the long way: only the records after its mark."""
+        coll = self.store.db[d.collection]
+        mark = f"{rollups.MARK}.{d.proc}"
+        for _ in range(6):
+            doc = await coll.find_one({"_id": d.id}, {rollups.MARK: 1})
+            seen = None if doc is None else (doc.get(rollups.MARK) or {}).get(d.proc)
+            inc = d.inc(-1 if seen is None else int(seen))
+            if not inc:
+                return
+            if seen is None:
+                flt = {"_id": d.id, mark: {"$exists": False}}
+                update = {"$inc": inc, "$set": {mark: d.last}, "$setOnInsert": d.dims}
+            else:
+                flt = {"_id": d.id, mark: int(seen)}
+                update = {"$inc": inc, "$set": {mark: d.last}}
+            try:
+                r = await coll.update_one(flt, update, upsert=seen is None)
+            except DuplicateKeyError:
+                continue  # made meanwhile by another relay: read it again
+            if r.matched_count or r.upserted_id is not None:
+                return
+        raise PyMongoError(f"could not add usage to rollup {d.id}: it kept changing")
+
+    async def _read_back(self, records: list[dict], applied: dict[tuple, dict]) -> None:
+        """The balances just applied that someone watches (`watched`:
+        accounts with quota warnings), as they are after the apply: the
+        truth the hooks decide warnings from (`on_applied`, given what the
+        batch took from each), and what this relay sizes its leases by.
+
+        `applied` holds the documents _apply read back after its bulk write
+        (one find per collection, which it needs for the marks anyway, and
+        which it learnt from already); only the few it applied the long way
+        are read again, one find per collection."""
         paid: dict[tuple[str, int], int] = {}
         watched = self.watched
         for r in records:
@@ -160,12 +304,15 @@ class Flusher(Leases):
                     int(r.get("quota") or 0) if leased else 0)
         for kind, coll in COLLECTIONS.items():
             ids = [i for k, i in paid if k == kind]
-            if not ids:
-                continue
-            async for doc in self.store.db[coll].find({"_id": {"$in": ids}}):
-                b = self._bal.get((kind, doc["_id"]))
-                if b is not None:
-                    self._learn(b, doc)
+            docs = [applied[(kind, i)] for i in ids if (kind, i) in applied]
+            rest = [i for i in ids if (kind, i) not in applied]
+            if rest:
+                async for doc in self.store.db[coll].find({"_id": {"$in": rest}}):
+                    b = self._bal.get((kind, doc["_id"]))
+                    if b is not None:
+                        self._learn(b, doc)
+                    docs.append(doc)
+            for doc in docs:
                 for fn in self.on_applied:
                     fn(kind, doc, paid.get((kind, doc["_id"]), 0))
 
