@@ -274,7 +274,8 @@ async def serve(config, lock: DataDirLock, sockets: list) -> None:
         # One line per request costs more than the relay itself at load;
         # failures are still logged (4xx/5xx are warnings and errors).
         logging.getLogger("tornado.access").setLevel(logging.WARNING)
-    store = Store(config.mongo_url, config.data_dir, config.db_name)
+    store = Store(config.mongo_url, config.data_dir, config.db_name,
+                  report_timeout=config.report_timeout)
     await store.start()
     generated = await seed(store, config.admin_password)
     if generated:
@@ -372,7 +373,7 @@ def reset_admin_password(config) -> None:
 
 async def _reset_admin_password(url: str, data_dir: str, db_name: str) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    store = Store(url, data_dir, db_name)
+    store = Store(url, data_dir, db_name, reports=False)
     await store.start()
     try:
         password = await reset_root_password(store)

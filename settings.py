@@ -132,6 +132,9 @@ class Settings:
     invalidation_poll: float = 0.25
     # Days usage records are kept (0: forever).
     usage_retention_days: int = 0
+    # Seconds one console report (a usage page, a chart, a chunk of an export) may take before
+    # it is given up; reports read through their own connection and never hold up billing.
+    report_timeout: float = 30.0
     # Days a response made with `store` (the default) is kept for
     # previous_response_id and GET /v1/responses/{id}, as OpenAI keeps them;
     # 0 keeps them until their key or owner is deleted.

@@ -63,10 +63,16 @@ def secantus_command(storage: str, port: int) -> list[str]:
 
 
 class EmbeddedMongo:
-    def __init__(self, data_dir: str):
+    """One server process on <data_dir>/db.  `read_only`: the second
+    process, on the same files, that answers the console's reports
+    (models/nx_server.py explains why; models/store.py starts both)."""
+
+    def __init__(self, data_dir: str, read_only: bool = False):
         self.dir = os.path.abspath(os.path.join(data_dir, "db"))
-        self.pid_file = os.path.join(self.dir, "nx-27017.pid")
-        self.log_file = os.path.join(self.dir, "nx-27017.log")
+        self.read_only = read_only
+        name = "nx-27017-reports" if read_only else "nx-27017"
+        self.pid_file = os.path.join(self.dir, f"{name}.pid")
+        self.log_file = os.path.join(self.dir, f"{name}.log")
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
@@ -109,6 +115,8 @@ class EmbeddedMongo:
                "run_name='__main__')",
                "--data-dir", self.dir, "--host", "127.0.0.1", "--port", str(self.port),
                "--pid-file", self.pid_file, "--log-file", self.log_file]
+        if self.read_only:
+            cmd.append("--read-only")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout

@@ -1,23 +1,35 @@
 """The embedded database's entry point (models/embedded.py runs this file):
-nx-27017, with each insert command stored as one SQLite transaction.
+nx-27017, with each insert or update command stored as one SQLite
+transaction, and a read-only role for the process that serves reports.
 
-Why: nx-27017 stores an `insert_many` as one autocommitted `insert_one` per
-document, so every usage record is a transaction of its own, and in WAL mode
-each commit writes again every page it touched (the table's, `_id`'s and the
-three indexes' of models/store.py).  One transaction per command writes each
-page once: bench/store.py measures the server's CPU per record.
+One transaction per command.  nx-27017 stores an `insert_many` as one
+autocommitted `insert_one` per document, and a bulk update (the billing
+flusher's one `bulk_write` per collection a tick, relay/money/flusher.py)
+as one autocommitted update per document, so every usage record and every
+balance is a transaction of its own, and in WAL mode each commit writes
+again every page it touched (the table's, `_id`'s and every index's).  One
+transaction per command writes each page once: bench/store.py measures the
+server's CPU per record.
 
 Why it is safe:
 - nx-27017 runs a command while holding its database's lock, and this takes
   the same (re-entrant) lock first, so no other command's writes fall inside;
 - a command inside a client's own transaction (the connection already in
   one) is left as it is;
-- a failed document (a duplicate `_id`) fails alone, as before: SQLite undoes
-  the statement, not the transaction, so an unordered batch stores the rest;
+- a failed document or update (a duplicate `_id`) fails alone, as before:
+  SQLite undoes the statement, not the transaction, so an unordered batch
+  stores the rest;
 - an error of the command as a whole, or of the COMMIT, rolls the batch back
   and reaches the client as an error: the relay keeps its records and sends
   them again (models/store.insert_records treats those already there as
-  written).
+  written; the flusher's updates are idempotent by sequence number).
+
+The read-only role (`--read-only`): a second server process on the same
+files answers the console's reports (models/store.py, `Store.reports`), so
+that a report never holds the lock the money path needs; every connection
+it opens is `PRAGMA query_only`, so a report that would write fails instead
+of taking SQLite's write lock from the relay's own server.  In WAL mode its
+readers and the writer never wait for each other.
 
 If nx-27017 changes shape, it runs as it comes, with a warning in its log.
 """
@@ -26,6 +38,25 @@ from __future__ import annotations
 import functools
 import sys
 
+READ_ONLY_FLAG = "--read-only"
+
+
+def _in_one_transaction(self, db_name, run):
+    with self._lock_for(db_name):
+        conn = self.get_database(db_name).db
+        if conn.in_transaction:
+            return run()
+        conn.execute("BEGIN")
+        try:
+            out = run()
+            if conn.in_transaction:  # else something inside committed it
+                conn.execute("COMMIT")
+            return out
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
 
 def one_transaction(handle_insert):
     """handle_insert, its documents stored in one transaction."""
@@ -33,22 +64,46 @@ def one_transaction(handle_insert):
 
     @functools.wraps(handle_insert)
     def wrapper(self, msg):
-        db_name = _msg_db_name(msg)
-        with self._lock_for(db_name):
-            conn = self.get_database(db_name).db
-            if conn.in_transaction:
-                return handle_insert(self, msg)
-            conn.execute("BEGIN")
-            try:
-                out = handle_insert(self, msg)
-                if conn.in_transaction:  # else something inside committed it
-                    conn.execute("COMMIT")
-                return out
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        return _in_one_transaction(self, _msg_db_name(msg), lambda: handle_insert(self, msg))
     wrapper.one_transaction = True
+    return wrapper
+
+
+def _is_bulk_update(msg) -> bool:
+    """An `update` command with more than one update (a bulk_write)."""
+    body, n = None, 0
+    for kind, doc in msg.get("sections") or ():
+        if kind == "body" and isinstance(doc, dict):
+            body = doc
+        elif kind == "payload" and isinstance(doc, dict):
+            n += len(doc.get("updates") or ())
+    if not isinstance(body, dict) or "update" not in body:
+        return False
+    return n + len(body.get("updates") or ()) > 1
+
+
+def updates_in_one_transaction(handle_command):
+    """handle_command, a bulk update's updates stored in one transaction."""
+    from nx_27017.handler import _msg_db_name
+
+    @functools.wraps(handle_command)
+    def wrapper(self, msg):
+        if not _is_bulk_update(msg):
+            return handle_command(self, msg)
+        return _in_one_transaction(self, _msg_db_name(msg), lambda: handle_command(self, msg))
+    wrapper.one_transaction = True
+    return wrapper
+
+
+def query_only(open_db_conn):
+    """_open_db_conn, every connection it opens read-only."""
+
+    @functools.wraps(open_db_conn)
+    def wrapper(self, db_name):
+        conn = open_db_conn(self, db_name)
+        conn.db.execute("PRAGMA query_only = 1")
+        return conn
+    wrapper.query_only = True
     return wrapper
 
 
@@ -63,24 +118,36 @@ def _warn(text: str) -> None:
         print(text, file=sys.stderr)
 
 
-def install() -> bool:
+def install(read_only: bool = False) -> bool:
     try:
         from nx_27017 import handler
         cls = handler.NeoSQLiteHandler
         if not hasattr(handler, "_msg_db_name") or not all(
-                hasattr(cls, name) for name in ("handle_insert", "_lock_for", "get_database")):
+                hasattr(cls, name) for name in ("handle_insert", "handle_command", "_lock_for",
+                                                "get_database", "_open_db_conn")):
             raise AttributeError("no _msg_db_name, or NeoSQLiteHandler lacks handle_insert, "
-                                 "_lock_for or get_database")
+                                 "handle_command, _lock_for, get_database or _open_db_conn")
     except (ImportError, AttributeError) as exc:
+        if read_only:
+            # A reader that could write would take the writer's lock: refuse
+            # to run rather than serve reports that way.
+            raise SystemExit(f"nx-27017 has changed ({exc}): cannot serve read-only") from None
         _warn(f"nx-27017 has changed ({exc}): inserts are stored a document at a time")
         return False
     if not getattr(cls.handle_insert, "one_transaction", False):
         cls.handle_insert = one_transaction(cls.handle_insert)
+    if not getattr(cls.handle_command, "one_transaction", False):
+        cls.handle_command = updates_in_one_transaction(cls.handle_command)
+    if read_only and not getattr(cls._open_db_conn, "query_only", False):
+        cls._open_db_conn = query_only(cls._open_db_conn)
     return True
 
 
 def main() -> None:
-    install()
+    read_only = READ_ONLY_FLAG in sys.argv
+    if read_only:
+        sys.argv.remove(READ_ONLY_FLAG)
+    install(read_only)
     from nx_27017.nx_27017 import main as nx_main
     nx_main()
 

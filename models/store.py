@@ -42,9 +42,15 @@ INDEXES: dict[str, list[tuple[list, dict]]] = {
     "channels": [],
     # Codes are found by keyed hash (models/migrations.py hashed old ones).
     "redemptions": [([("key_hash", ASCENDING)], {"unique": True, "sparse": True})],
+    # Every filter of the usage log, with the time it is paged by: the
+    # embedded server walks one of these in order and stops at the page's
+    # end (models/queries.py builds the filters so that it can).
     "usage": [([("user_id", ASCENDING), ("created_at", DESCENDING)], {}),
               ([("created_at", DESCENDING)], {}),
-              ([("token_id", ASCENDING)], {})],
+              ([("token_id", ASCENDING), ("created_at", DESCENDING)], {}),
+              ([("model", ASCENDING), ("created_at", DESCENDING)], {}),
+              ([("channel_id", ASCENDING), ("created_at", DESCENDING)], {}),
+              ([("status", ASCENDING), ("created_at", DESCENDING)], {})],
     # Rollups (relay/money/rollups.py): by day, and by each filter and day.
     "usage_days": [([("day", ASCENDING)], {})],
     "usage_day_keys": [([("day", ASCENDING)], {}),
@@ -61,16 +67,38 @@ INDEXES: dict[str, list[tuple[list, dict]]] = {
 }
 
 
-class Store:
-    """Owns the database connection (and the embedded server, if any)."""
+# Reports read through a pool of their own, this many at once: a burst of
+# exports and charts waits for each other, not for the money path.
+REPORT_POOL = 4
 
-    def __init__(self, mongo_url: str = "", data_dir: str = "./data", db_name: str = "relay"):
+
+class Store:
+    """Owns the database connections (and the embedded servers, if any).
+
+    `db` is the relay's own: money, keys, settings, everything written.
+    `reports` is what the console's reports read (the usage log, its
+    rollups, exports) through a client of its own, with its own pool and
+    its own timeout, so that no report can hold up a charge, a lease or a
+    heartbeat.  On the embedded database it is a second server process on
+    the same files, read-only (models/nx_server.py): the embedded server
+    answers one command at a time per database, and a report there would
+    stop billing while it ran.  With --mongo-url both clients reach the
+    same server, each with its own connections.
+    """
+
+    def __init__(self, mongo_url: str = "", data_dir: str = "./data", db_name: str = "relay",
+                 reports: bool = True, report_timeout: float = 30.0):
         self.mongo_url = mongo_url
         self.data_dir = data_dir
         self.db_name = db_name
+        self.with_reports = reports
+        self.report_timeout = report_timeout
         self.embedded: EmbeddedMongo | None = None
+        self.embedded_reports: EmbeddedMongo | None = None
         self.client: AsyncMongoClient | None = None
+        self.reports_client: AsyncMongoClient | None = None
         self.db: Any = None
+        self.reports: Any = None
         self.quirks = Quirks()
 
     async def start(self) -> None:
@@ -85,6 +113,18 @@ class Store:
         await self.db.command("ping")
         self.quirks = await probe(self.db)
         await self.ensure_indexes()
+        if not self.with_reports:
+            self.reports = self.db
+            return
+        reports_url = url
+        if self.embedded is not None:
+            # After the collections exist: the reader cannot make them.
+            self.embedded_reports = EmbeddedMongo(self.data_dir, read_only=True)
+            reports_url = self.embedded_reports.start()
+        self.reports_client = AsyncMongoClient(
+            reports_url, tz_aware=False, serverSelectionTimeoutMS=15000, maxPoolSize=REPORT_POOL,
+            timeoutMS=int(self.report_timeout * 1000))
+        self.reports = self.reports_client[self.db_name]
 
     async def ensure_indexes(self) -> None:
         for coll, specs in INDEXES.items():
@@ -104,17 +144,21 @@ class Store:
         return int(doc["seq"])
 
     async def close(self, timeout: float = 3.0) -> None:
-        if self.client is not None:
-            try:
-                # Closing ends server sessions, which waits for a server that
-                # may be gone: bounded, so a stop never hangs on it.
-                await asyncio.wait_for(self.client.close(), timeout)
-            except asyncio.TimeoutError:
-                pass
-            self.client = None
-        if self.embedded is not None:
-            self.embedded.stop()
-            self.embedded = None
+        for name in ("reports_client", "client"):
+            client = getattr(self, name)
+            if client is not None:
+                try:
+                    # Closing ends server sessions, which waits for a server
+                    # that may be gone: bounded, so a stop never hangs on it.
+                    await asyncio.wait_for(client.close(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+                setattr(self, name, None)
+        for name in ("embedded_reports", "embedded"):
+            server = getattr(self, name)
+            if server is not None:
+                server.stop()
+                setattr(self, name, None)
 
 
 def all_of(*conditions: dict) -> dict:

@@ -127,3 +127,53 @@ def test_the_embedded_child_runs_it(tmp_path):
         assert "has changed" not in open(db.log_file).read()
     finally:
         db.stop()
+
+
+def update(h, updates, db="t"):
+    msg = {"request_id": 1, "sections": [
+        ("body", {"update": "bal", "ordered": False, "$db": db}),
+        ("payload", {"updates": updates})]}
+    return h.handle_command(msg)[1]
+
+
+def test_a_bulk_update_is_one_transaction(handler):
+    handler.get_database("t")["bal"].insert_many([{"_id": i, "q": 0, "a": 1} for i in range(4)])
+    conn, seen = traced(handler)
+    out = update(handler, [{"q": {"_id": i}, "u": {"$inc": {"q": 5}}} for i in range(4)]
+                 + [{"q": {"_id": "new", "a": {"$exists": False}}, "u": {"$inc": {"q": 1}},
+                     "upsert": True},
+                    {"q": {"_id": 0, "a": {"$exists": False}}, "u": {"$inc": {"q": 1}},
+                     "upsert": True}])
+    # the last upsert meets _id 0 (its filter fails, its insert is a duplicate): alone
+    assert out["n"] == 5 and [(e["index"], e["code"]) for e in out["writeErrors"]] == [
+        (5, DUPLICATE_KEY)]
+    assert (len(words(seen, "BEGIN")), len(words(seen, "COMMIT"))) == (1, 1)
+    assert not conn.in_transaction
+    docs = {d["_id"]: d["q"] for d in handler.get_database("t")["bal"].find({})}
+    assert docs == {0: 5, 1: 5, 2: 5, 3: 5, "new": 1}
+    # one update alone, and anything else, runs as it did
+    conn, seen = traced(handler)
+    update(handler, [{"q": {"_id": 1}, "u": {"$inc": {"q": 1}}}])
+    assert not words(seen, "BEGIN")
+
+
+def test_the_reports_server_reads_the_same_files_and_writes_nothing(tmp_path):
+    writer, reader = EmbeddedMongo(str(tmp_path)), EmbeddedMongo(str(tmp_path), read_only=True)
+    try:
+        w = MongoClient(writer.start())["t"]
+        w.usage.insert_many([{"_id": i, "n": i} for i in range(3)])
+        r = MongoClient(reader.start())["t"]
+        assert b"--read-only" in open(f"/proc/{reader.proc.pid}/cmdline", "rb").read()
+        assert reader.pid_file != writer.pid_file and reader.log_file != writer.log_file
+        assert sorted(d["_id"] for d in r.usage.find({})) == [0, 1, 2]
+        w.usage.insert_one({"_id": 3, "n": 3})  # the writer's next commit is seen at once
+        assert r.usage.find_one({"_id": 3}) == {"_id": 3, "n": 3}
+        with pytest.raises(Exception) as exc:
+            r.usage.insert_one({"_id": 9})
+        assert "readonly" in str(exc.value)
+        with pytest.raises(Exception):
+            r.usage.update_one({"_id": 1}, {"$set": {"n": 7}})
+        assert w.usage.find_one({"_id": 1}) == {"_id": 1, "n": 1}
+    finally:
+        reader.stop()
+        writer.stop()
