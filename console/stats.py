@@ -1,48 +1,148 @@
-"""Usage statistics for the console: spend and requests per day and model,
-and CSV export of usage records."""
+"""Usage statistics for the console: totals, spend and requests per day and
+model, and CSV export of usage records.
+
+Totals and charts read the rollups the billing flusher keeps
+(relay/money/rollups.py), never the records: a 90-day chart reads at most
+91 x models documents whatever the traffic.  Records are read a page at a
+time (models/queries.py).  Everything here reads `store.reports`, the
+connection that cannot hold up billing (models/store.py).
+"""
 from __future__ import annotations
 
 import asyncio
 import csv
 import io
+import math
 import time
 from datetime import datetime, timedelta, timezone
 
+from models import queries
+from relay.money import rollups
+
 MAX_DAYS = 90
-MAX_EXPORT_ROWS = 100_000
+# The most records one CSV export writes; a larger one is refused before
+# anything is sent, with the number of records and how to narrow it.
+MAX_EXPORT_ROWS = 1_000_000
+EXPORT_CHUNK = 500
+HOUR = 3600
+DAY = rollups.DAY
+HOURS = range(24)
 
 
-async def daily(store, flt: dict, days: int = 30, tz_offset_min: int = 0,
+def _family(fields: dict) -> str:
+    return rollups.family_for({k for k, v in fields.items() if v is not None})
+
+
+def _dims(fields: dict, family: str) -> dict:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+async def totals(db, fields: dict, since: float | None = None,
+                 until: float | None = None) -> dict:
+    """Requests, quota charged, full cost, unpaid and tokens of the records
+    with these field values between `since` and `until`, from the rollups:
+    exact for whole hours; a bound inside an hour counts that whole hour
+    (`since`/`until` in the answer say which hours were counted, `exact`
+    whether they are the ones asked for)."""
+    family = _family(fields)
+    coll = db[family]
+    dims = _dims(fields, family)
+    lo = None if since is None else math.floor(since / HOUR) * HOUR
+    hi = None if until is None else math.ceil(until / HOUR) * HOUR
+    sums = {m: 0 for m in rollups.METRICS}
+
+    async def add(first_day, end_day, metric_fields: dict) -> None:
+        if first_day is not None and end_day is not None and first_day >= end_day:
+            return
+        flt = queries.rollup_match(dims, first_day, end_day, rollups.INDEXED[family])
+        got = await queries.rollup_sums(coll, flt, list(metric_fields))
+        for row in got.values():
+            for f, m in metric_fields.items():
+                sums[m] += row.get(f, 0)
+
+    if lo is not None and hi is not None and lo >= hi:
+        return _totals_view(sums, since, until, lo, hi)
+    for kind, a, b, c in segments(lo, hi):
+        if kind == "days":
+            await add(a, b, {m: m for m in rollups.METRICS})
+        else:  # hours b..c of day a
+            await add(a, a + DAY, {rollups.hour_field(h, m): m for h in range(b, c)
+                                   for m in rollups.METRICS})
+    return _totals_view(sums, since, until, lo, hi)
+
+
+def segments(lo: int | None, hi: int | None) -> list[tuple]:
+    """[lo, hi) (whole hours; None: unbounded) as whole days, read from the
+    day's sums, and the hours of at most two partial days:
+    ("days", first, end, None) and ("hours", day, first hour, end hour)."""
+    out: list[tuple] = []
+    if lo is not None and hi is not None and rollups.day_of(lo) == rollups.day_of(hi - 1):
+        day = rollups.day_of(lo)
+        if lo == day and hi == day + DAY:
+            return [("days", day, hi, None)]
+        return [("hours", day, (lo - day) // HOUR, (hi - day) // HOUR)]
+    full_lo = lo
+    if lo is not None and lo % DAY:
+        day = rollups.day_of(lo)
+        out.append(("hours", day, (lo - day) // HOUR, 24))
+        full_lo = day + DAY
+    full_hi = hi if hi is None else hi - hi % DAY
+    if full_lo is None or full_hi is None or full_lo < full_hi:
+        out.append(("days", full_lo, full_hi, None))
+    if hi is not None and hi % DAY:
+        out.append(("hours", full_hi, 0, (hi - full_hi) // HOUR))
+    return out
+
+
+def _totals_view(sums: dict, since, until, lo, hi) -> dict:
+    return {"requests": sums["n"], "quota": sums["q"], "cost": sums["q"] + sums["u"],
+            "unpaid": sums["u"], "prompt_tokens": sums["p"], "completion_tokens": sums["o"],
+            "since": lo, "until": hi, "exact": lo == since and hi == until}
+
+
+async def daily(db, fields: dict, days: int = 30, tz_offset_min: int = 0,
                 now: float | None = None) -> dict:
     """Per-day, per-model sums of quota and requests for the last `days` days.
 
     Days are calendar days in the browser's time zone (`tz_offset_min` east
-    of UTC).  One `$group` by model per day: it runs on the embedded server
-    too, which cannot group on computed keys.  Days without usage are zeros;
-    with no usage at all, `models` is empty.
+    of UTC), from the rollups' hours (a zone whose offset is not whole hours
+    counts each hour in the day it starts in).  Days without usage are
+    zeros; with no usage at all, `models` is empty.
     """
     days = max(1, min(int(days), MAX_DAYS))
     now = time.time() if now is None else now
     tz = timezone(timedelta(minutes=tz_offset_min))
     today = datetime.fromtimestamp(now, tz).replace(hour=0, minute=0, second=0, microsecond=0)
     starts = [today - timedelta(days=days - 1 - i) for i in range(days)]
-
-    async def one(start: datetime) -> list[dict]:
-        match = {**flt, "created_at": {"$gte": start.timestamp(),
-                                       "$lt": (start + timedelta(days=1)).timestamp()}}
-        pipeline = [{"$match": match}, {"$group": {
-            "_id": "$model", "quota": {"$sum": "$quota"}, "requests": {"$sum": 1}}}]
-        return await (await store.db.usage.aggregate(pipeline)).to_list(None)
-
-    per_day = await asyncio.gather(*(one(s) for s in starts))
-    models = sorted({str(r["_id"] or "") for rows in per_day for r in rows})
+    first = starts[0].timestamp()
+    end = (starts[-1] + timedelta(days=1)).timestamp()
+    first_day, end_day = rollups.day_of(first), rollups.day_of(end - 1) + DAY
+    family = _family(fields)
+    dims = _dims(fields, family)
+    per_hour = [rollups.hour_field(h, m) for h in HOURS for m in ("n", "q")]
+    if family != rollups.KEYS:
+        # One document per day and model once the filter is applied: read
+        # as they are (whole: the embedded server projects in Python, at
+        # four times the cost of a whole document).
+        flt = queries.rollup_match(dims, first_day, end_day, rollups.INDEXED[family])
+        docs = await db[family].find(flt).to_list(None)
+        rows = [(int(d["day"]), str(d.get("model") or ""), d) for d in docs]
+    else:
+        flt = queries.rollup_match(dims, first_day, end_day, rollups.INDEXED[family])
+        got = await queries.rollup_sums(db[family], flt, per_hour, by="dm")
+        rows = []
+        for dm, sums in got.items():
+            day, _, model = str(dm).partition("|")
+            rows.append((int(day), model, sums))
+    models = sorted({m for _, m, _ in rows})
     quota = {m: [0] * days for m in models}
     requests = {m: [0] * days for m in models}
-    for i, rows in enumerate(per_day):
-        for r in rows:
-            m = str(r["_id"] or "")
-            quota[m][i] += int(r.get("quota") or 0)
-            requests[m][i] += int(r.get("requests") or 0)
+    for day, model, sums in rows:
+        for h in HOURS:
+            i = math.floor((day + h * HOUR - first) / DAY)
+            if 0 <= i < days:
+                requests[model][i] += int(sums.get(rollups.hour_field(h, "n")) or 0)
+                quota[model][i] += int(sums.get(rollups.hour_field(h, "q")) or 0)
     return {
         "days": [s.strftime("%Y-%m-%d") for s in starts],
         "timestamps": [int(s.timestamp()) for s in starts],
@@ -70,32 +170,56 @@ def _is_number(text: str) -> bool:
         return False
 
 
-async def export_csv(store, flt: dict, columns: list[str], view, totals: tuple = ()):
-    """Yield the CSV text of matching records in chunks, newest first.
+class ExportTooLarge(Exception):
+    """More records match than one export writes; str() says how many and
+    what to do."""
 
-    `view(doc)` turns a stored record into the dict the API shows; at most
-    MAX_EXPORT_ROWS rows are written.  With `totals`, a last row named
-    TOTAL sums those columns over the rows written.
-    """
+    def __init__(self, records: int):
+        super().__init__(
+            f"Up to {records:,} usage records match; one export holds at most "
+            f"{MAX_EXPORT_ROWS:,}. Narrow the time range (start, end) or filter by key, model "
+            "or status, and export the parts one after another.")
+        self.records = records
+
+
+async def check_export(db, fields: dict, since: float | None, until: float | None) -> int:
+    """How many records an export would write at most (from the rollups,
+    whole hours); ExportTooLarge above MAX_EXPORT_ROWS."""
+    n = (await totals(db, fields, since, until))["requests"]
+    if n > MAX_EXPORT_ROWS:
+        raise ExportTooLarge(n)
+    return n
+
+
+def _rows(docs: list[dict], columns: list[str], view, sums: dict) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(columns + ["time_utc"])
-    cursor = store.db.usage.find(flt).sort("created_at", -1).limit(MAX_EXPORT_ROWS)
-    n = 0
-    sums = {c: 0 for c in totals}
-    async for doc in cursor:
+    for doc in docs:
         row = view(doc)
-        for c in totals:
+        for c in sums:
             sums[c] += int(row.get(c) or 0)
         ts = row.get("created_at") or 0
         w.writerow([_cell(row.get(c)) for c in columns]
                    + [datetime.fromtimestamp(float(ts), timezone.utc).strftime("%Y-%m-%d %H:%M:%S")])
-        n += 1
-        if n % 500 == 0:
-            yield buf.getvalue()
-            buf.seek(0)
-            buf.truncate()
-    if totals:
-        w.writerow([("TOTAL" if i == 0 else sums[c] if c in sums else "")
-                    for i, c in enumerate(columns)] + [""])
+    return buf.getvalue()
+
+
+async def export_csv(db, flt: dict, columns: list[str], view, totals_of: tuple = ()):
+    """Yield the CSV text of every matching record, newest first: the header
+    at once, then each chunk as it is read (models/queries.usage_chunks),
+    formatted off the event loop.  `view(doc)` turns a stored record into
+    the dict the API shows.  With `totals_of`, a last row named TOTAL sums
+    those columns over every row: written only when every row was (an
+    error on the way ends the stream without it, and the caller without
+    the end of the chunked body, so a cut export never looks whole)."""
+    buf = io.StringIO()
+    csv.writer(buf).writerow(columns + ["time_utc"])
     yield buf.getvalue()
+    sums = {c: 0 for c in totals_of}
+    async for docs in queries.usage_chunks(db.usage, flt, EXPORT_CHUNK):
+        yield await asyncio.to_thread(_rows, docs, columns, view, sums)
+    if totals_of:
+        buf = io.StringIO()
+        csv.writer(buf).writerow([("TOTAL" if i == 0 else sums[c] if c in sums else "")
+                                  for i, c in enumerate(columns)] + [""])
+        yield buf.getvalue()

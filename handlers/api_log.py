@@ -1,8 +1,19 @@
-"""/api/log: usage records, filterable, with totals."""
+"""/api/log: usage records, newest first, paged by time, filterable, with
+totals from the rollups (console/stats.py).
+
+A page is read by its place in time, not by its number: `older=<cursor>`
+(the page after one, further back) and `newer=<cursor>` (the page before
+one); each answer gives the cursors of the pages beside it.  No page ever
+counts the log: `total` is the number of records the filter's rollups
+hold (whole hours: `total_exact` false when the range cuts through one).
+`p` (new-api clients) still works for the first MAX_SKIP records.
+"""
 from __future__ import annotations
 
-from handlers.api_fields import paged
-from handlers.base import ApiHandler
+from console import stats
+from handlers.api_fields import page_args
+from handlers.base import ApiError, ApiHandler
+from models import queries
 from relay.money.pricing import USAGE_FIELDS
 from relay.money.usage import expand
 
@@ -34,55 +45,70 @@ def log_view(d: dict, admin: bool) -> dict:
     return out
 
 
-def log_filter(handler: ApiHandler, own_only: bool) -> dict:
-    flt: dict = {}
+def log_args(handler: ApiHandler, own_only: bool) -> tuple[dict, float | None, float | None]:
+    """The filter's field values (None: any), and its time range."""
+    fields: dict = {}
     if own_only:
-        flt["user_id"] = handler.current_user["_id"]
+        fields["user_id"] = handler.current_user["_id"]
     else:
-        uid = handler.int_arg("user_id")
-        if uid is not None:
-            flt["user_id"] = uid
+        fields["user_id"] = handler.int_arg("user_id")
     for name in ("token_id", "channel_id", "status"):
-        v = handler.int_arg(name)
-        if v is not None:
-            flt[name] = v
-    model = handler.str_arg("model", max_len=200)
-    if model:
-        flt["model"] = model
-    rng = {}
-    for arg, op in (("start", "$gte"), ("end", "$lt")):
-        v = handler.float_arg(arg, None, 0, 1e11)
-        if v is not None:
-            rng[op] = v
-    if rng:
-        flt["created_at"] = rng
-    return flt
+        fields[name] = handler.int_arg(name)
+    fields["model"] = handler.str_arg("model", max_len=200) or None
+    since = handler.float_arg("start", None, 0, 1e11)
+    until = handler.float_arg("end", None, 0, 1e11)
+    return fields, since, until
 
 
-async def totals(handler: ApiHandler, flt: dict) -> dict:
-    """Sums over every matching record: requests, charged quota, full cost,
-    unpaid shortfall and tokens."""
-    group: dict = {"_id": None, "requests": {"$sum": 1}}
-    group.update({k: {"$sum": f"${k}"} for k in TOTALS})
-    rows = await (await handler.store.db.usage.aggregate([{"$match": flt},
-                                                          {"$group": group}])).to_list(1)
-    row = rows[0] if rows else {}
-    # `$sum` of a field no record has is null on nx-27017, 0 on MongoDB.
-    return {k: int(row.get(k) or 0) for k in ("requests",) + TOTALS}
+def cursor_arg(handler: ApiHandler, name: str) -> queries.Cursor | None:
+    raw = handler.str_arg(name, max_len=200)
+    if not raw:
+        return None
+    try:
+        return queries.Cursor.parse(raw)
+    except ValueError:
+        raise ApiError(400, f"{name} must be a cursor from a previous page's "
+                            f"'older' or 'newer'.") from None
 
 
 class SelfLogHandler(ApiHandler):
     own_only = True
-    API_COST = 2  # a page and an aggregation for the totals
+    API_COST = 2  # a page, and the totals from the rollups
 
     async def get(self) -> None:
         self.require_user() if self.own_only else self.require_admin()
-        flt = log_filter(self, self.own_only)
-        # Usage ids are random request ids: order by time, newest first.
-        data = await paged(self, self.store.db.usage, flt, lambda d: log_view(d, not self.own_only),
-                           sort="created_at")
-        data["totals"] = await totals(self, flt)
-        self.ok(data)
+        fields, since, until = log_args(self, self.own_only)
+        p, size = page_args(self)
+        older, newer = cursor_arg(self, "older"), cursor_arg(self, "newer")
+        if older and newer:
+            raise ApiError(400, "Give older or newer, not both.")
+        skip = (p - 1) * size
+        if skip and (older or newer):
+            raise ApiError(400, "p pages from the newest record; with older or newer leave it out.")
+        if skip > queries.MAX_SKIP:
+            raise ApiError(400, f"p reaches back {queries.MAX_SKIP:,} records at most; page "
+                                "further with the 'older' cursor each page gives.")
+        db = self.store.reports
+        flt = queries.usage_filter(fields, since, until)
+        docs, more = await queries.usage_page(db.usage, flt, size, older=older, newer=newer,
+                                              skip=skip)
+        admin = not self.own_only
+        items = [log_view(d, admin) for d in docs]
+
+        def at(d: dict) -> str:
+            return queries.Cursor(d["created_at"], str(d["_id"])).text()
+        going_back = newer is None
+        sums = await stats.totals(db, fields, since, until)
+        exact, lo, hi = sums.pop("exact"), sums.pop("since"), sums.pop("until")
+        self.ok({
+            "items": items,
+            "older": at(docs[-1]) if docs and (more or not going_back) else None,
+            "newer": at(docs[0]) if docs and ((more and not going_back) or older or skip)
+            else None,
+            "total": sums["requests"], "total_exact": exact,
+            # Totals count whole hours: the ones counted, when a bound cuts one.
+            "totals": sums, "totals_since": lo, "totals_until": hi,
+            "page": p, "page_size": size, "export_max": stats.MAX_EXPORT_ROWS})
 
 
 class AllLogHandler(SelfLogHandler):

@@ -3,11 +3,19 @@ status, a ping for latency, daily usage for the chart, CSV export, the
 models of a group, and the admin's console settings."""
 from __future__ import annotations
 
+import logging
+
+from tornado.iostream import StreamClosedError
+
 from console import stats
 from console import status as console_status
-from handlers.api_log import FIELDS, TOTALS, log_filter, log_view
+from handlers.api_log import FIELDS, TOTALS, log_args, log_view
 from handlers.base import ApiError, ApiHandler
 from handlers.console_ws import own_origins
+from models import queries
+from models.store import PyMongoError
+
+log = logging.getLogger("relay.console")
 
 
 class StatusHandler(ApiHandler):
@@ -35,21 +43,24 @@ class PingHandler(ApiHandler):
 
 
 class DailyHandler(ApiHandler):
+    """Spend and requests per day and model, from the rollups."""
     own_only = True
-    HEAVY = True  # one aggregation per day asked for (until statistics come from rollups)
+    # From the rollups now (at most MAX_DAYS + 1 days' documents a model),
+    # still counted as heavy: a chart is the biggest read a user can ask for
+    # after an export.
+    HEAVY = True
 
     def api_cost(self) -> int:
         return 1 + self.int_arg("days", 30, 1, stats.MAX_DAYS) // 3
 
     async def get(self) -> None:
         self.require_user() if self.own_only else self.require_admin()
-        flt = log_filter(self, self.own_only)
-        flt.pop("created_at", None)
+        fields, _since, _until = log_args(self, self.own_only)
         days = self.int_arg("days", 30, 1, stats.MAX_DAYS)
         tz = self.int_arg("tz_offset", 0, -10 ** 6, 10 ** 6)
         if not -14 * 60 <= tz <= 14 * 60:
             raise ApiError(400, "tz_offset is minutes east of UTC, between -840 and 840.")
-        self.ok(await stats.daily(self.store, flt, days, tz))
+        self.ok(await stats.daily(self.store.reports, fields, days, tz))
 
 
 class AllDailyHandler(DailyHandler):
@@ -62,17 +73,35 @@ class ExportHandler(ApiHandler):
     HEAVY = True
 
     async def get(self) -> None:
+        """Every matching record as CSV, written as it is read, newest first;
+        refused before anything is sent (400, with the number of records)
+        when there are more than one export holds."""
         self.require_user() if self.own_only else self.require_admin()
-        flt = log_filter(self, self.own_only)
+        fields, since, until = log_args(self, self.own_only)
+        db = self.store.reports
+        try:
+            await stats.check_export(db, fields, since, until)
+        except stats.ExportTooLarge as exc:
+            raise ApiError(400, str(exc)) from None
         admin = not self.own_only
         columns = ["request_id"] + [f for f in FIELDS if admin or f not in
                                     ("channel_id", "upstream_model")]
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", 'attachment; filename="usage.csv"')
-        async for text in stats.export_csv(self.store, flt, columns,
-                                           lambda d: log_view(d, admin), TOTALS):
-            self.write(text)
-            await self.flush()
+        flt = queries.usage_filter(fields, since, until)
+        try:
+            async for text in stats.export_csv(db, flt, columns, lambda d: log_view(d, admin),
+                                               TOTALS):
+                self.write(text)
+                await self.flush()
+        except StreamClosedError:
+            return  # the client went away
+        except PyMongoError as exc:
+            # Half an export must not look like a whole one: the connection
+            # is cut instead of ending the chunked body (no TOTAL row either).
+            log.warning("export %s cut off: %s", self.request_id, exc or type(exc).__name__)
+            self.request.connection.close()
+            return
         self.finish()
 
 

@@ -83,7 +83,10 @@ def op(summary: str, body: dict | None = None, query: dict | None = None,
 
 PAGE = {"p": INT64, "size": INT64}
 LOG_FILTER = {"user_id": INT64, "token_id": INT64, "channel_id": INT64, "status": INT64,
-              "model": STR, "start": NUM, "end": NUM, **PAGE}
+              "model": STR, "start": NUM, "end": NUM}
+# The log is paged by time: `older`/`newer` are cursors a page's answer gives
+# (handlers/api_log.py); `p` reaches the first 10,000 records only.
+LOG_PAGE = {**LOG_FILTER, **PAGE, "older": STR, "newer": STR}
 USER_FIELDS = dict(username=STR, password=STR, email=STR, group=STR, display_name=STR,
                    language=LANGUAGE,
                    role=INT64, status=INT64, quota=INT64, usable_groups={
@@ -189,8 +192,11 @@ PATHS: dict[str, dict] = {
     "/api/redemption/{id}": {"delete": op("Delete an unused code (admin).", path={"id": ID})},
     "/api/option/": {"get": op("Server options (admin)."),
                      "put": op("Set an option (admin).", obj(("key",), key=STR, value={}))},
-    "/api/log/self": {"get": op("The caller's usage records and totals.", query=LOG_FILTER)},
-    "/api/log/": {"get": op("All usage records and totals (admin).", query=LOG_FILTER)},
+    "/api/log/self": {"get": op("The caller's usage records, newest first, a page at a time "
+                                "(older/newer cursors), and totals from the hourly rollups.",
+                                query=LOG_PAGE)},
+    "/api/log/": {"get": op("All usage records and totals (admin); as /api/log/self.",
+                            query=LOG_PAGE)},
     "/api/log/self/cache": {"get": op("Prompt-cache health of the caller's keys.",
                                       query={**LOG_FILTER, "by": {"enum": ["key"]}})},
     "/api/log/cache": {"get": op("Prompt-cache health per key or channel (admin).",
@@ -199,10 +205,12 @@ PATHS: dict[str, dict] = {
                                       query={**LOG_FILTER, "days": INT64, "tz_offset": INT64})},
     "/api/log/daily": {"get": op("Spend per day and model (admin).",
                                  query={**LOG_FILTER, "days": INT64, "tz_offset": INT64})},
-    "/api/log/self/export": {"get": op("The caller's usage records as CSV.", query=LOG_FILTER,
+    "/api/log/self/export": {"get": op("The caller's usage records as CSV, streamed, with a "
+                                       "TOTAL row; more than 1,000,000 records are refused "
+                                       "(400) before anything is sent.", query=LOG_FILTER,
                                        content="text/csv")},
-    "/api/log/export": {"get": op("Usage records as CSV (admin).", query=LOG_FILTER,
-                                  content="text/csv")},
+    "/api/log/export": {"get": op("Usage records as CSV (admin); as /api/log/self/export.",
+                                  query=LOG_FILTER, content="text/csv")},
     "/api/notify/channels": {"get": op("Notification channel types and their fields.")},
     "/api/notify/push/qrcode": {"get": op("A QR code to bind personal push.",
                                           query={"vendor": STR})},

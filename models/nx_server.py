@@ -36,9 +36,12 @@ If nx-27017 changes shape, it runs as it comes, with a warning in its log.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 READ_ONLY_FLAG = "--read-only"
+# A file to append every SQL statement to (tests only: it costs a write each).
+TRACE_ENV = "RELAY_NX_TRACE"
 
 
 def _in_one_transaction(self, db_name, run):
@@ -95,15 +98,22 @@ def updates_in_one_transaction(handle_command):
     return wrapper
 
 
-def query_only(open_db_conn):
-    """_open_db_conn, every connection it opens read-only."""
+def configured(open_db_conn, read_only: bool, trace: str):
+    """_open_db_conn, every connection it opens read-only (the reports
+    server), and with `trace` every SQL statement it runs appended to that
+    file (TRACE_ENV: tests/models/test_query_plans.py asks SQLite for the
+    plan of each one the relay's queries became)."""
 
     @functools.wraps(open_db_conn)
     def wrapper(self, db_name):
         conn = open_db_conn(self, db_name)
-        conn.db.execute("PRAGMA query_only = 1")
+        if read_only:
+            conn.db.execute("PRAGMA query_only = 1")
+        if trace:
+            out = open(trace, "a", buffering=1)
+            conn.db.set_trace_callback(lambda sql: out.write(sql.replace("\n", " ") + "\n"))
         return conn
-    wrapper.query_only = True
+    wrapper.configured = True
     return wrapper
 
 
@@ -138,8 +148,9 @@ def install(read_only: bool = False) -> bool:
         cls.handle_insert = one_transaction(cls.handle_insert)
     if not getattr(cls.handle_command, "one_transaction", False):
         cls.handle_command = updates_in_one_transaction(cls.handle_command)
-    if read_only and not getattr(cls._open_db_conn, "query_only", False):
-        cls._open_db_conn = query_only(cls._open_db_conn)
+    trace = os.environ.get(TRACE_ENV, "")
+    if (read_only or trace) and not getattr(cls._open_db_conn, "configured", False):
+        cls._open_db_conn = configured(cls._open_db_conn, read_only, trace)
     return True
 
 

@@ -1,11 +1,15 @@
-import { t } from '../i18n.js';
+import { locale, t } from '../i18n.js';
 import { get } from '../api.js';
 import * as live from '../live.js';
 import { boot } from '../common.js';
 import { $, el, credits, num, when, fillRows, showError } from '../ui.js';
 
 boot();
-let page = 1;
+// The log is paged by time (handlers/api_log.py): `older` and `newer` are
+// the cursors of the pages beside the one shown; null at either end.
+let at = {};
+let pageNo = 1;
+let last = null;
 const SIZE = 50;
 const keyNames = {};
 
@@ -49,29 +53,50 @@ function row(r) {
     el('td', {}, r.duration_ms ? `${num(r.duration_ms)} ms` : ''));
 }
 
-async function load() {
+const hourFormat = new Intl.DateTimeFormat(locale, { dateStyle: 'short', timeStyle: 'short' });
+function hour(ts) {
+  return hourFormat.format(new Date(ts * 1000));
+}
+
+async function load(move = {}) {
   const q = query();
   if (q.has('status') && !/^\d+$/.test(q.get('status'))) { showError(null, new Error(t('usage.bad_status'))); return; }
   $('#usage-csv').href = `/api/log/self/export?${q}`;
-  q.set('p', String(page)); q.set('size', String(SIZE));
+  q.set('size', String(SIZE));
+  for (const [k, v] of Object.entries(move)) q.set(k, v);
   try {
     const data = await get(`/api/log/self?${q}`);
+    if (move.newer && !data.items.length) { pageNo = 1; return load(); }
     fillRows($('#usage-table tbody'), data.items.map(row), 7);
+    at = { older: data.older, newer: data.newer };
+    last = data;
     $('#t-requests').textContent = num(data.totals.requests);
     $('#t-quota').textContent = credits(data.totals.quota);
     $('#t-unpaid').textContent = credits(data.totals.unpaid || 0);
     $('#t-tokens').textContent = num(data.totals.prompt_tokens + data.totals.completion_tokens);
-    const pages = Math.max(1, Math.ceil(data.total / SIZE));
-    $('#page-info').textContent = t('common.page', { page, pages });
-    $('#prev').disabled = page <= 1;
-    $('#next').disabled = page >= pages;
+    // Totals come from hourly sums: a bound inside an hour counts the whole hour.
+    $('#t-range').textContent = data.total_exact ? ''
+      : t('usage.totals_hours', { from: data.totals_since ? hour(data.totals_since) : '…',
+        to: data.totals_until ? hour(data.totals_until) : '…' });
+    $('#page-info').textContent = t('usage.page', { page: pageNo, records: num(data.total) });
+    $('#prev').disabled = !data.newer;
+    $('#next').disabled = !data.older;
+    const big = data.export_max && data.total > data.export_max;
+    $('#usage-csv').classList.toggle('disabled', Boolean(big));
+    $('#usage-csv').title = big ? t('usage.export_too_big', { max: num(data.export_max) }) : '';
   } catch (e) { showError(null, e); }
 }
 
-$('#usage-filter').addEventListener('submit', (ev) => { ev.preventDefault(); page = 1; load(); });
-$('#prev').addEventListener('click', () => { page -= 1; load(); });
-$('#next').addEventListener('click', () => { page += 1; load(); });
-live.on('usage', () => { if (page === 1) { clearTimeout(window.__u); window.__u = setTimeout(load, 800); } });
+$('#usage-filter').addEventListener('submit', (ev) => { ev.preventDefault(); pageNo = 1; load(); });
+$('#prev').addEventListener('click', () => { if (at.newer) { pageNo = Math.max(1, pageNo - 1); load({ newer: at.newer }); } });
+$('#next').addEventListener('click', () => { if (at.older) { pageNo += 1; load({ older: at.older }); } });
+$('#usage-csv').addEventListener('click', (ev) => {
+  if (last && last.export_max && last.total > last.export_max) {
+    ev.preventDefault();
+    showError(null, new Error(t('usage.export_too_big', { max: num(last.export_max) })));
+  }
+});
+live.on('usage', () => { if (pageNo === 1) { clearTimeout(window.__u); window.__u = setTimeout(load, 800); } });
 
 (async () => {
   const data = await get('/api/token/?size=200');
