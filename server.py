@@ -43,6 +43,7 @@ from relay.scheduler import Scheduler
 from relay.service import RelayService
 from relay.stored_responses import StoredResponses
 from relay.upstream.client import Upstream
+from relay.money.retention import Retention
 from relay.money.usage import UsageLog
 
 log = logging.getLogger("relay")
@@ -129,7 +130,11 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
                       idle_release=config.lease_idle_release,
                       direct_below=config.lease_direct_below,
                       recall_wait=config.lease_recall_wait)
-    usage_log = UsageLog(store, bus, retention_days=config.usage_retention_days, billing=billing)
+    usage_log = UsageLog(store, bus, billing=billing)
+    retention = Retention(store, bus, usage_days=config.usage_retention_days,
+                          rollup_days=config.rollup_retention_days,
+                          max_bytes=int(config.storage_max_gb * 1e9))
+    billing.after_flush.append(retention.tick)
     scheduler = Scheduler(catalog, store)
     upstream = Upstream(connect_timeout=config.connect_timeout,
                         first_byte_timeout=config.first_byte_timeout,
@@ -154,7 +159,8 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
         _handlers(), default_handler_class=NotFoundHandler,
         cookie_secret=vault.cookie_secret, xsrf_cookies=False, log_function=log_request,
         config=config, store=store, bus=bus, vault=vault, catalog=catalog, billing=billing,
-        usage_log=usage_log, scheduler=scheduler, upstream=upstream, service=service,
+        usage_log=usage_log, retention=retention, scheduler=scheduler, upstream=upstream,
+        service=service,
         responses=responses, compat=service.compat,
         started_at=time.time(), on_start=[], on_stop=[], trusted_proxies=trusted,
         api_rate=ApiRate(config.api_rate_limit))

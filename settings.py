@@ -130,8 +130,15 @@ class Settings:
     # document when there are none): a disabled key is refused everywhere within about this
     # plus a database round trip.
     invalidation_poll: float = 0.25
-    # Days usage records are kept (0: forever).
-    usage_retention_days: int = 0
+    # Days usage records are kept (0: forever); older ones are pruned a bounded batch at a time
+    # and the space goes back to the file system (README, "Storage").
+    usage_retention_days: int = 180
+    # Days the daily rollups behind charts and totals are kept (0: forever); keep them longer
+    # than the records, they are a small part of the size.
+    rollup_retention_days: int = 730
+    # GB the database may take on disk (0: no ceiling): the administrator is warned at 80%, and
+    # at the ceiling the oldest usage records are pruned before their retention days.
+    storage_max_gb: float = 0.0
     # Seconds one console report (a usage page, a chart, a chunk of an export) may take before
     # it is given up; reports read through their own connection and never hold up billing.
     report_timeout: float = 30.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import Any
 
@@ -51,14 +52,17 @@ INDEXES: dict[str, list[tuple[list, dict]]] = {
               ([("model", ASCENDING), ("created_at", DESCENDING)], {}),
               ([("channel_id", ASCENDING), ("created_at", DESCENDING)], {}),
               ([("status", ASCENDING), ("created_at", DESCENDING)], {})],
-    # Rollups (relay/money/rollups.py): by day, and by each filter and day.
+    # Rollups (relay/money/rollups.py): each family by day, and by each
+    # filter it answers and day.
     "usage_days": [([("day", ASCENDING)], {})],
+    "usage_day_channels": [([("day", ASCENDING)], {}),
+                           ([("channel_id", ASCENDING), ("day", ASCENDING)], {})],
+    "usage_day_statuses": [([("day", ASCENDING)], {}),
+                           ([("status", ASCENDING), ("day", ASCENDING)], {})],
     "usage_day_keys": [([("day", ASCENDING)], {}),
                        ([("user_id", ASCENDING), ("day", ASCENDING)], {}),
                        ([("token_id", ASCENDING), ("day", ASCENDING)], {}),
-                       ([("model", ASCENDING), ("day", ASCENDING)], {}),
-                       ([("channel_id", ASCENDING), ("day", ASCENDING)], {}),
-                       ([("status", ASCENDING), ("day", ASCENDING)], {})],
+                       ([("channel_id", ASCENDING), ("day", ASCENDING)], {})],
     "processes": [([("dead", ASCENDING), ("heartbeat", ASCENDING)], {})],
     "invalidations": [([("ts", ASCENDING)], {})],
     # Pruned by these (models/housekeeping.py).
@@ -136,6 +140,37 @@ class Store:
         """One page of a listing in `sort` order, right on every server
         (models/compat.py: integer _ids sort as text on nx-27017)."""
         return await find_page(coll, flt, sort, direction, skip, limit, self.quirks)
+
+    async def give_back_space(self) -> None:
+        """Return the space of deleted documents to the file system.
+
+        nx-27017 deviation: SQLite keeps freed pages in its file; `compact`
+        with freeSpaceTargetMB runs its incremental vacuum (the file is made
+        with auto_vacuum=INCREMENTAL) until no page is free, so its cost is
+        that of what was freed since the last call.  A real MongoDB's
+        storage engine reuses freed space itself: nothing is sent.
+        """
+        if self.embedded is None:
+            return
+        try:
+            await self.db.command({"compact": "usage", "freeSpaceTargetMB": 1})
+            # The vacuum's moves are in the write-ahead log until a
+            # checkpoint copies them into the file and truncates it.
+            await self.db.command({"wal_checkpoint": 1})
+        except PyMongoError as exc:
+            log.warning("giving back free space: %s", exc)
+
+    async def disk_bytes(self) -> int:
+        """The database's size on disk: its file on the embedded server (its
+        write-ahead log, a few MB that checkpoints reuse, comes on top),
+        dbStats' storage and index sizes on a real MongoDB."""
+        if self.embedded is not None:
+            try:
+                return os.path.getsize(os.path.join(self.embedded.dir, f"{self.db_name}.db"))
+            except OSError:
+                return 0
+        stats = await self.db.command("dbStats")
+        return int(stats.get("storageSize") or 0) + int(stats.get("indexSize") or 0)
 
     async def next_id(self, name: str) -> int:
         doc = await self.db.counters.find_one_and_update(

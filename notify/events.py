@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 
+from models.records import ROLE_ADMIN
 from models.store import DuplicateKeyError, PyMongoError, ReturnDocument, sort_by_id
 from notify import words
 
@@ -36,6 +37,10 @@ KEY_ALERTS = ("key_cache_collapse",)
 # the period's counter, relay/money/budgets.py).
 PERSONAL = WARNINGS + ("budget_warning",)
 WINDOW = 3600  # at most one warning per subject in any 60 minutes
+# The database near its ceiling (relay/money/retention.py): administrators
+# only, at most once a day per level ("near", then "pruning").
+STORAGE = "storage_warning"
+STORAGE_WINDOW = 86400
 
 
 class Events:
@@ -81,23 +86,30 @@ class Events:
         """A balance crossed a threshold: raise the warning unless its subject
         had one in the last 60 minutes (in any process); False if throttled."""
         subject = user_id if etype == "user_quota_warning" else token_id
-        return await self._throttled(etype, subject, {"user_id": user_id, "token_id": token_id,
-                                                      "balance": int(balance)})
+        return await self._throttled(f"{etype}:{subject}", etype, WINDOW, {
+            "user_id": user_id, "token_id": token_id, "balance": int(balance)})
 
     async def raise_key_alert(self, etype: str, user_id: int, token_id: int,
                               payload: dict) -> bool:
         """An alert about a key (KEY_ALERTS), at most one per key in any 60
         minutes across all processes; False if throttled."""
-        return await self._throttled(etype, token_id, dict(payload, user_id=user_id,
-                                                           token_id=token_id))
+        return await self._throttled(f"{etype}:{token_id}", etype, WINDOW,
+                                     dict(payload, user_id=user_id, token_id=token_id))
 
-    async def _throttled(self, etype: str, subject, payload: dict) -> bool:
+    async def raise_storage_warning(self, size: int, ceiling: int, pruning: bool) -> bool:
+        """The database is at 80% of its ceiling, or at it and pruning: tell
+        the administrators who subscribed, once a day per level (in any
+        process); False if throttled."""
+        level = "pruning" if pruning else "near"
+        return await self._throttled(f"{STORAGE}:{level}", STORAGE, STORAGE_WINDOW, {
+            "bytes": int(size), "max_bytes": int(ceiling), "pruning": bool(pruning)})
+
+    async def _throttled(self, key: str, etype: str, window: float, payload: dict) -> bool:
         now = self.clock()
-        key = f"{etype}:{subject}"
         fields = {"type": etype, "occurrence": f"{key}@{int(now * 1000)}", "created_at": now,
                   "fanned_out": False, "payload": payload}
         doc = await self.db.notify_events.find_one_and_update(
-            {"_id": key, "created_at": {"$lte": now - WINDOW}, "fanned_out": True},
+            {"_id": key, "created_at": {"$lte": now - window}, "fanned_out": True},
             {"$set": fields}, return_document=ReturnDocument.AFTER)
         if doc is None:
             # None matched: the subject's first warning, or a recent one exists.
@@ -183,6 +195,11 @@ class Events:
                     and (not s.get("key_ids") or p["token_id"] in s["key_ids"])]
         elif etype in KEY_ALERTS or (etype == "budget_warning" and p.get("token_id")):
             subs = [s for s in subs if not s.get("key_ids") or p["token_id"] in s["key_ids"]]
+        elif etype == STORAGE and subs:
+            ids = list({s["user_id"] for s in subs})
+            admins = {u["_id"] async for u in self.db.users.find(
+                {"_id": {"$in": ids}, "role": {"$gte": ROLE_ADMIN}}, {"_id": 1})}
+            subs = [s for s in subs if s["user_id"] in admins]
         return subs
 
     @staticmethod
@@ -195,6 +212,8 @@ class Events:
             return words.cache_collapse(p, key_name, lang) + ("",)
         if etype == "budget_warning":
             return words.budget(p, key_name, lang)
+        if etype == STORAGE:
+            return words.storage(p, lang)
         return p.get("title", ""), p.get("content", ""), ""
 
     # ---- recovery ------------------------------------------------------------

@@ -41,7 +41,8 @@ class Rules:
 
     def attach(self, bus) -> list:
         return [bus.subscribe("balance_applied", self.on_applied),
-                bus.subscribe("budget_used", self.on_budget)]
+                bus.subscribe("budget_used", self.on_budget),
+                bus.subscribe("storage", self.on_storage)]
 
     def on_budget(self, topic: str, data: dict) -> None:
         """A budget's counter read back at 80% used or more (billing): raise
@@ -70,6 +71,12 @@ class Rules:
         return any(s.get("enabled", True) and ("user_quota_warning" in s.get("event_types", ())
                                                or "key_quota_warning" in s.get("event_types", ()))
                    for s in subs)
+
+    def on_storage(self, topic: str, data: dict) -> None:
+        """The database near or at its ceiling (relay/money/retention.py)."""
+        self._spawn(self.events.raise_storage_warning(
+            int(data.get("bytes") or 0), int(data.get("max_bytes") or 0),
+            bool(data.get("pruning"))))
 
     def _remember(self, key: tuple[str, int], value: int) -> int | None:
         prev = self._last.pop(key, None)

@@ -19,7 +19,7 @@ from notify.channels.base import Context, DeliveryError, Message
 from notify.channels.webhook import render_body
 from notify.cache_watch import CacheWatch
 from notify.contact import ContactError, EmailConfirmation
-from notify.events import KEY_ALERTS, WARNINGS, Events
+from notify.events import KEY_ALERTS, STORAGE, WARNINGS, Events
 from notify.http import HttpClient, Refused
 from notify.outbox import Worker
 from notify.push_binding import PushBinding
@@ -35,7 +35,8 @@ TEST_SENDS_PER_HOUR = 5
 SUBSCRIPTION_KIND = "notify_subscription"  # catalog invalidation kind
 # The events a test send or a preview may show (their words: notify/words.py).
 SAMPLE = ("announcement", "marketing", "user_quota_warning", "key_quota_warning",
-          "key_cache_collapse", "budget_warning")
+          "key_cache_collapse", "budget_warning",
+          "storage_warning")
 # What a test send of a cache alert says (the figures of a real one are the key's).
 CACHE_SAMPLE = {"before": 0.82, "now": 0.07, "minutes": 10, "tokens": 250_000}
 
@@ -156,6 +157,10 @@ class Notifier:
         v = {"event_type": event_type, "title": title, "content": content,
              "user": user.get("username", ""), "key_name": "", "balance": "", "threshold": "",
              "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.clock()))}
+        if event_type == STORAGE:
+            v["title"], v["content"], v["threshold"] = words.storage(
+                {"bytes": 8.1e9, "max_bytes": 10e9}, lang)
+            return v
         if event_type == "budget_warning":
             # An example: the account's first budget (else $10 a day), 80% used.
             period, limit = next(iter((user.get("budgets") or {"day": 5_000_000}).items()))

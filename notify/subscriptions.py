@@ -16,12 +16,16 @@ import json
 import re
 import time
 
+from models.records import ROLE_ADMIN
 from models.secrets import mask
 from models.store import insert_capped, now, sort_by_id
 from notify import channels, templates
 
 EVENT_TYPES = ("announcement", "marketing", "user_quota_warning", "key_quota_warning",
-               "key_cache_collapse", "budget_warning")
+               "key_cache_collapse", "budget_warning",
+               "storage_warning")
+# Events only administrators may subscribe to.
+ADMIN_EVENT_TYPES = ("storage_warning",)
 MAX_PER_USER = 50
 # Keys one subscription may watch (an account has at most max_keys_per_user).
 MAX_KEY_IDS = 1000
@@ -128,6 +132,9 @@ class Subscriptions:
         unknown = [t for t in types if t not in EVENT_TYPES]
         if unknown:
             raise Invalid(f"Unknown event types: {unknown}; known: {', '.join(EVENT_TYPES)}.")
+        admin_only = [t for t in types if t in ADMIN_EVENT_TYPES]
+        if admin_only and int(user.get("role") or 0) < ROLE_ADMIN:
+            raise Invalid(f"Only administrators receive {', '.join(admin_only)}.")
         out["event_types"] = list(dict.fromkeys(types))
         out.update(await self.clean_targets(user, body, old))
         ctype = body.get("channel_type", old.get("channel_type"))

@@ -97,6 +97,17 @@ def budget(payload: dict, key_name: str, lang: str) -> tuple[str, str, int]:
             payload["limit"])
 
 
+def storage(payload: dict, lang: str) -> tuple[str, str, str]:
+    """(title, content, ceiling) of a storage warning (relay/money/retention.py):
+    the database near its ceiling, or at it and pruning the oldest records."""
+    t = strings.translator(lang)
+    size = f"{payload.get('bytes', 0) / 1e9:.1f} GB"
+    ceiling = f"{payload.get('max_bytes', 0) / 1e9:.1f} GB"
+    level = "pruning" if payload.get("pruning") else "near"
+    return (t(f"notice.storage_{level}.title"),
+            t(f"notice.storage_{level}.content", size=size, ceiling=ceiling), ceiling)
+
+
 def sample(event_type: str, lang: str) -> tuple[str, str]:
     """(title, content) of a test message of an announcement-like event."""
     t = strings.translator(lang)
