@@ -254,22 +254,25 @@ class Op(UpdateOne):
         self.ident = ident
 
 
-async def bulk_apply(coll, ops: list) -> None:
-    """Many conditional updates as one command (bulk_write, unordered).
+async def bulk_apply(coll, ops: list) -> int:
+    """Many conditional updates as one command (bulk_write, unordered);
+    returns how many matched a document or made one.
 
     An update whose filter did not match changes nothing and is no error;
     an upsert that meets a document already there (code 11000) is no error
     either: the caller reads the documents back to see what each update did
     (models/store.read_marks).  Any other error is raised."""
     if not ops:
-        return
+        return 0
     try:
-        await coll.bulk_write(ops, ordered=False)
+        r = await coll.bulk_write(ops, ordered=False)
+        return r.matched_count + r.upserted_count
     except BulkWriteError as exc:
         errors = exc.details.get("writeErrors") or []
         if exc.details.get("writeConcernErrors") or any(
                 e.get("code") != DUPLICATE_KEY for e in errors):
             raise
+        return int(exc.details.get("nMatched") or 0) + int(exc.details.get("nUpserted") or 0)
 
 
 async def read_marks(coll, ids, projection: dict) -> dict:

@@ -202,7 +202,9 @@ class Flusher(Leases):
         for d in moves:
             for op in rollup_ops(d, self._rolled_hint(d)):
                 plan.setdefault(d.collection, []).append(op)
-        seen = {coll: await self._bulk(coll, ops) for coll, ops in plan.items()}
+        changes = {c: sum(1 for d in moves if d.collection == c) for c in rollups.COLLECTIONS}
+        seen = {coll: await self._bulk(coll, ops, changes.get(coll, -1))
+                for coll, ops in plan.items()}
         touched: dict[tuple, dict] = {}
         long_way: set[tuple] = set()
         for (proc, kind, ident, leased), items in groups.items():
@@ -224,8 +226,10 @@ class Flusher(Leases):
                 # By sequence number, so a batch applied again changes nothing.
                 run.applied(last, time.monotonic())
         for d in moves:
-            doc = seen.get(d.collection, {}).get(d.id)
-            if doc is None or int((doc.get(rollups.MARK) or {}).get(d.proc, -1)) < d.last:
+            got = seen.get(d.collection)
+            doc = None if got is None else got.get(d.id)
+            if got is not None and (
+                    doc is None or int((doc.get(rollups.MARK) or {}).get(d.proc, -1)) < d.last):
                 await self._rollup_one(d)
             if d.proc == self.pid:
                 self._rolled.setdefault(int(d.dims["day"]), set()).add(
@@ -233,13 +237,18 @@ class Flusher(Leases):
         self._forget_rolled()
         return touched
 
-    async def _bulk(self, coll: str, ops: list) -> dict:
+    async def _bulk(self, coll: str, ops: list, expected: int = -1) -> dict | None:
         """One collection's updates as one command, then its documents read
-        back ({_id: document}: the balance's figures, or the rollup's marks)."""
-        await bulk_apply(self.store.db[coll], ops)
+        back ({_id: document}: the balance's figures, or the rollup's
+        marks).  Each of a rollup's (document, process) changes has at most
+        one form that can match, so when `expected` matched, each did:
+        nothing is read back (None)."""
+        applied = await bulk_apply(self.store.db[coll], ops)
+        balances = coll in COLLECTIONS.values()
+        if not balances and applied == expected:
+            return None
         return await read_marks(self.store.db[coll], [op.ident for op in ops],
-                                BALANCE_FIELDS if coll in COLLECTIONS.values() else
-                                {rollups.MARK: 1})
+                                BALANCE_FIELDS if balances else {rollups.MARK: 1})
 
     def _rolled_hint(self, d: rollups.Delta) -> bool | None:
         """Whether document d has this process's mark (None: not known)."""

@@ -177,3 +177,22 @@ def test_the_reports_server_reads_the_same_files_and_writes_nothing(tmp_path):
     finally:
         reader.stop()
         writer.stop()
+
+
+def test_compact_gives_the_space_of_deleted_documents_back(tmp_path):
+    """Store.give_back_space sends this to the embedded server only (a real
+    MongoDB's storage engine reuses freed space itself)."""
+    db = EmbeddedMongo(str(tmp_path))
+    try:
+        c = MongoClient(db.start())["t"]
+        c.usage.insert_many([{"_id": f"r{i}", "n": i, "pad": "x" * 2000} for i in range(3000)])
+        c.command({"wal_checkpoint": 1})
+        path = tmp_path / "db" / "t.db"
+        before = path.stat().st_size
+        c.usage.delete_many({"n": {"$lt": 2900}})
+        assert c.command({"compact": "usage", "freeSpaceTargetMB": 1})["ok"] == 1
+        c.command({"wal_checkpoint": 1})
+        assert path.stat().st_size < before / 2
+        assert c.usage.count_documents({}) == 100
+    finally:
+        db.stop()

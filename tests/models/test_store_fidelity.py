@@ -887,6 +887,126 @@ def test_session_placement_shapes(db):
     case(db, body)
 
 
+# ---- the usage log and its rollups (models/queries.py, relay/money/flusher.py) ----
+def _log(n=12):
+    return [{"_id": f"r{i:02d}", "user_id": 1 + i % 2, "token_id": 10 + i % 3,
+             "model": "m" + str(i % 2), "channel_id": 5, "status": 429 if i % 4 == 0 else 200,
+             "created_at": 100.0 + i // 2, "quota": i} for i in range(n)]
+
+
+def test_usage_pages_by_time_with_ties_as_models_reads_them(db):
+    from models.queries import Cursor, usage_chunks, usage_filter, usage_page
+
+    async def body(db):
+        docs = _log()
+        await db.usage.insert_many(docs)
+        order = sorted(docs, key=lambda d: (d["created_at"], d["_id"]), reverse=True)
+        flt = usage_filter({"token_id": None, "user_id": 1, "model": None})
+        want = [d["_id"] for d in order if d["user_id"] == 1]
+        seen, cursor = [], None
+        while True:
+            page, more = await usage_page(db.usage, flt, 2, older=cursor)
+            seen += [d["_id"] for d in page]
+            if not more:
+                break
+            cursor = Cursor(page[-1]["created_at"], page[-1]["_id"])
+        assert seen == want
+        # and back: the page before the third record, newest first
+        third = next(d for d in order if d["_id"] == want[3])
+        page, more = await usage_page(db.usage, flt, 2,
+                                      newer=Cursor(third["created_at"], third["_id"]))
+        assert [d["_id"] for d in page] == want[1:3] and more
+        got = [d["_id"] async for chunk in usage_chunks(db.usage, usage_filter({}), 5)
+               for d in chunk]
+        assert got == [d["_id"] for d in order]
+        page, _ = await usage_page(db.usage, usage_filter({}), 3, skip=4)
+        assert [d["_id"] for d in page] == [d["_id"] for d in order][4:7]
+    case(db, body)
+
+
+def test_usage_filters_eq_and_in_with_a_time_range(db):
+    from models.queries import usage_filter
+
+    async def body(db):
+        await db.usage.insert_many(_log())
+        flt = usage_filter({"token_id": 11, "user_id": 2, "model": "m1", "status": 200},
+                           since=101.0, until=105.0)
+        assert flt["token_id"] == {"$eq": 11} and flt["user_id"] == {"$in": [2]}
+        got = sorted([d["_id"] async for d in db.usage.find(flt)])
+        assert got == ["r07"]
+        assert sorted([d["_id"] async for d in db.usage.find({"status": {"$eq": 429}})]) == [
+            "r00", "r04", "r08"]
+    case(db, body)
+
+
+def test_delete_by_id_in_and_oldest_first_with_projection(db):
+    async def body(db):
+        await db.usage.insert_many(_log())
+        ids = [d["_id"] async for d in db.usage.find({"created_at": {"$lt": 103.0}},
+                                                     {"_id": 1}).sort("created_at", 1).limit(4)]
+        assert sorted(ids) == ["r00", "r01", "r02", "r03"]
+        assert (await db.usage.delete_many({"_id": {"$in": ids}})).deleted_count == 4
+        assert await db.usage.count_documents({}) == 8
+    case(db, body)
+
+
+def test_bulk_conditional_updates_and_upserts_as_the_flusher_sends_them(db):
+    from pymongo import UpdateOne
+
+    async def body(db):
+        await db.users.insert_many([{"_id": 1, "quota": 0, "used_quota": 0, "leases": {"p": 50},
+                                     "applied": {"p": 3}},
+                                    {"_id": 2, "quota": 10, "used_quota": 0}])
+        await db.roll.insert_one({"_id": "d|m", "n": 1, "a": {"p": 3}})
+        ops = [UpdateOne({"_id": 1, "applied.p": {"$lt": 4}, "leases.p": {"$exists": True}},
+                         {"$inc": {"leases.p": -5, "used_quota": 5}, "$set": {"applied.p": 6}}),
+               UpdateOne({"_id": 1, "applied.p": {"$exists": False}, "leases.p": {"$exists": True}},
+                         {"$inc": {"leases.p": -5, "used_quota": 5}, "$set": {"applied.p": 6}}),
+               UpdateOne({"_id": 2, "applied.p": {"$lt": 4}}, {"$inc": {"used_quota": 7}}),
+               UpdateOne({"_id": 2, "applied.p": {"$exists": False}},
+                         {"$inc": {"used_quota": 7}, "$set": {"applied.p": 6}})]
+        r = await db.users.bulk_write(ops, ordered=False)
+        assert (r.matched_count, r.modified_count) == (2, 2)
+        got = {d["_id"]: d async for d in db.users.find({"_id": {"$in": [1, 2]}},
+                                                         {"used_quota": 1, "leases": 1,
+                                                          "applied": 1})}
+        assert got[1] == {"_id": 1, "used_quota": 5, "leases": {"p": 45}, "applied": {"p": 6}}
+        assert got[2] == {"_id": 2, "used_quota": 7, "applied": {"p": 6}}
+        # the rollup forms: an upsert where the mark is absent, a duplicate where it is not
+        ups = [UpdateOne({"_id": "d|m", "a.p": {"$exists": False}},
+                         {"$inc": {"n": 1}, "$set": {"a.p": 9}, "$setOnInsert": {"day": 1}},
+                         upsert=True),
+               UpdateOne({"_id": "d|x", "a.p": {"$exists": False}},
+                         {"$inc": {"n": 2, "h07q": 4}, "$set": {"a.p": 9},
+                          "$setOnInsert": {"day": 1, "model": "x"}}, upsert=True),
+               UpdateOne({"_id": "d|m", "a.p": {"$lt": 4}}, {"$inc": {"n": 1}, "$set": {"a.p": 9}})]
+        with pytest.raises(BulkWriteError) as exc:
+            await db.roll.bulk_write(ups, ordered=False)
+        assert [(e["index"], e["code"]) for e in exc.value.details["writeErrors"]] == [
+            (0, DUPLICATE_KEY)]
+        assert await db.roll.find_one({"_id": "d|m"}) == {"_id": "d|m", "n": 2, "a": {"p": 9}}
+        assert await db.roll.find_one({"_id": "d|x"}) == {
+            "_id": "d|x", "n": 2, "h07q": 4, "a": {"p": 9}, "day": 1, "model": "x"}
+    case(db, body)
+
+
+def test_rollup_sums_by_one_field_as_the_charts_read_them(db):
+    from models.queries import rollup_match, rollup_sums
+
+    async def body(db):
+        await db.r.insert_many([
+            {"_id": f"{d}|{u}|{m}", "day": d, "user_id": u, "model": m, "dm": f"{d}|{m}",
+             "n": 1 + u, "h03q": 10 * u} for d in (0, 86400) for u in (1, 2) for m in ("a", "b")])
+        flt = rollup_match({"user_id": 2, "model": None}, 0, 86400 * 2, ("user_id",))
+        assert flt == {"user_id": {"$eq": 2}, "day": {"$gte": 0, "$lt": 172800}}
+        got = await rollup_sums(db.r, flt, ["n", "h03q", "h04q"], by="dm")
+        assert got == {f"{d}|{m}": {"n": 3, "h03q": 20, "h04q": 0}
+                       for d in (0, 86400) for m in ("a", "b")}
+        got = await rollup_sums(db.r, rollup_match({"model": "b"}, 86400, None), ["n"])
+        assert got == {None: {"n": 5}}
+    case(db, body)
+
+
 def test_every_known_deviation_names_a_raw_test():
     """A pin for a test that does not check it would pass unseen."""
     import inspect

@@ -51,8 +51,8 @@ def test_a_document_read_mid_flush_counts_each_charge_once(mongo_url, tmp_path):
         bulk = b._bulk
         kinds = {"users": USER, "tokens": TOKEN}
 
-        async def spied(coll, ops):
-            out = await bulk(coll, ops)
+        async def spied(coll, ops, *rest):
+            out = await bulk(coll, ops, *rest)
             # The batch is in the database; this process has not yet taken
             # it off what it holds in memory.
             if coll in kinds:
