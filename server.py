@@ -43,6 +43,7 @@ from relay.scheduler import Scheduler
 from relay.service import RelayService
 from relay.stored_responses import StoredResponses
 from relay.upstream.client import Upstream
+from relay.money.backfill import backfill
 from relay.money.retention import Retention
 from relay.money.usage import UsageLog
 
@@ -175,6 +176,8 @@ async def start_workers(app: RelayApplication, previous_process: str = "") -> No
     await s["compat"].load()
     s["catalog"].start_polling()
     s["service"].sessions.start()
+    # Before billing reclaims anything (relay/money/backfill.py says why).
+    await backfill(s["store"])
     await s["billing"].start_up([previous_process] if previous_process else [])
     s["billing"].start()
     for starter in s.get("on_start", []):

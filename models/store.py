@@ -172,6 +172,17 @@ class Store:
         stats = await self.db.command("dbStats")
         return int(stats.get("storageSize") or 0) + int(stats.get("indexSize") or 0)
 
+    async def sum_usage(self, by: tuple, sums: list, since: float, until: float):
+        """Usage records made in [since, until) summed by the fields `by`
+        (models/bulkload.sum_records), read by SQLite from the embedded
+        server's file beside it; None on a real MongoDB (the caller reads
+        the records instead)."""
+        if self.embedded is None:
+            return None
+        from models import bulkload
+        path = os.path.join(self.embedded.dir, f"{self.db_name}.db")
+        return await asyncio.to_thread(bulkload.sum_records, path, by, sums, since, until)
+
     async def next_id(self, name: str) -> int:
         doc = await self.db.counters.find_one_and_update(
             {"_id": name}, {"$inc": {"seq": 1}}, upsert=True,

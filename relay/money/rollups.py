@@ -3,13 +3,19 @@ flusher from the same records, in the same tick, as the balances.
 
 A report that summed raw usage records read a row per call: a 90-day chart
 of a relay making a million calls a day read 90 million.  So the flusher
-keeps, per UTC day, two families of sums (relay/money/flusher.py applies
+keeps, per UTC day, four families of sums (relay/money/flusher.py applies
 them; console/stats.py and handlers/api_log.py read them):
 
-  usage_days      per (day, model): the whole relay's chart and totals;
-  usage_day_keys  per (day, user, key, model, channel, status): every
-                  filter the console offers (a user, a key, a model, a
-                  channel, a status, and any mix of them).
+  usage_days          per (day, model): the whole relay's chart and totals;
+  usage_day_channels  per (day, channel, model): an administrator's view
+                      of one channel;
+  usage_day_statuses  per (day, status, model): of one status;
+  usage_day_keys      per (day, user, key, model, channel, status): a
+                      user's or a key's, and any mix of filters.
+
+Each filter reads the smallest family that holds it: a 90-day chart of
+the whole relay, a channel or a status reads at most 91 x models (x 1)
+documents, a user's or a key's at most 91 x its own combinations.
 
 A document holds the day's sums (`n` requests, `q` quota charged, `u`
 unpaid, `p` prompt and `o` completion tokens; `u` only when not 0, as a
@@ -25,11 +31,12 @@ replay, changes nothing.  Records of one process reach a document in
 sequence order (the journal keeps it), which is what makes one number
 per process enough.
 
-The `_id`s are `day|model` and `day|user|key|model|channel|status`: every
-part but the model is a number (or "-" for none), so the model in the
-middle may hold any character.  `dm` (`day|model`) lets a filtered chart
-group by one field, the only grouping the embedded server does in SQL
-(models/queries.py).
+An `_id` is the day, the family's fields and the model, `|` between them
+(`day|user|key|channel|status|model`): every part but the model is a
+number (or "-" for none), so the model at the end may hold any character.
+`dm` (`day|model`) lets a chart group by one field, the only grouping the
+embedded server does in SQL (models/queries.py).
+
 """
 from __future__ import annotations
 
@@ -38,8 +45,28 @@ from dataclasses import dataclass, field
 
 DAY = 86400
 DAYS = "usage_days"
+CHANNELS = "usage_day_channels"
+STATUSES = "usage_day_statuses"
 KEYS = "usage_day_keys"
-COLLECTIONS = (DAYS, KEYS)
+# Each family's fields besides day and model, in its _id's order.
+FAMILIES = {DAYS: (), CHANNELS: ("channel_id",), STATUSES: ("status",),
+            KEYS: ("user_id", "token_id", "channel_id", "status")}
+COLLECTIONS = tuple(FAMILIES)
+# The fields each family has an index on (with the day), rarest first
+# (models/store.INDEXES): the one a query looks up by.
+INDEXED = {DAYS: (), CHANNELS: ("channel_id",), STATUSES: ("status",),
+           KEYS: ("token_id", "user_id", "channel_id")}
+
+
+def family_for(filters: set) -> str:
+    """The smallest family that holds every filter in `filters` (names of
+    the fields given; the model is in every family)."""
+    for coll in (DAYS, CHANNELS, STATUSES):
+        if filters - {"model"} <= set(FAMILIES[coll]):
+            return coll
+    return KEYS
+
+
 METRICS = ("n", "q", "u", "p", "o")
 # What each metric sums from a record ("n" counts records).
 SOURCES = {"q": "quota", "u": "unpaid", "p": "prompt_tokens", "o": "completion_tokens"}
@@ -63,12 +90,13 @@ def targets(r: dict) -> list[tuple[str, str, dict]]:
     record adds to."""
     day = day_of(r.get("created_at") or 0)
     model = str(r.get("model") or "")
-    dims = {"day": day, "user_id": r.get("user_id"), "token_id": r.get("token_id"),
-            "model": model, "channel_id": r.get("channel_id"), "status": r.get("status"),
-            "dm": f"{day}|{model}"}
-    key = (f"{day}|{_part(r.get('user_id'))}|{_part(r.get('token_id'))}|{model}|"
-           f"{_part(r.get('channel_id'))}|{_part(r.get('status'))}")
-    return [(DAYS, f"{day}|{model}", {"day": day, "model": model}), (KEYS, key, dims)]
+    out = []
+    for coll, names in FAMILIES.items():
+        dims = {"day": day, **{n: r.get(n) for n in names}, "model": model,
+                "dm": f"{day}|{model}"}
+        ident = "|".join([str(day), *(_part(r.get(n)) for n in names), model])
+        out.append((coll, ident, dims))
+    return out
 
 
 def amounts(r: dict) -> dict[str, int]:
@@ -141,30 +169,48 @@ def documents(records) -> dict[str, dict[str, dict]]:
     return out
 
 
-# Fields a rollup needs from a stored record (models/bulkload.read_records).
-RECORD_FIELDS = ("user_id", "token_id", "model", "channel_id", "status", "created_at", "quota",
-                 "unpaid", "prompt_tokens", "completion_tokens", "proc", "seq")
+# What sum_records groups by: everything a family keys on, the hour, the process.
+GRAIN = ("day", *FAMILIES[KEYS], "model", "hour", "proc")
+
+
+def from_sums(rows) -> list[Delta]:
+    """Rollup changes from records already summed by GRAIN
+    (models/bulkload.sum_records): one Delta per (document, process), its
+    one item the process's last sequence number and the sums.  Records
+    from before sequence numbers count as one process, "legacy"."""
+    out: dict[tuple, Delta] = {}
+    for row in rows:
+        proc = row["proc"] if row["proc"] is not None else "legacy"
+        fake = {"created_at": row["day"], **row}
+        amt = {"n": row["n"], **{m: row[src] for m, src in SOURCES.items() if row[src]}}
+        hourly = {hour_field(int(row["hour"]), m): v for m, v in amt.items()}
+        last = int(row["last_seq"] if row["last_seq"] is not None else row["n"])
+        for coll, ident, dims in targets(fake):
+            d = out.get((coll, ident, proc))
+            if d is None:
+                d = out[(coll, ident, proc)] = Delta(coll, ident, proc, dims, [(last, {})])
+            seq, sums = d.items[0]
+            for k, v in (*amt.items(), *hourly.items()):
+                sums[k] = sums.get(k, 0) + v
+            d.items[0] = (max(seq, last), sums)
+    return list(out.values())
 
 
 def build_file(path: str) -> None:
     """The rollups of every record in the embedded server's file at `path`,
     written into it (bench/datascale.py and the tests at a million records:
-    records written there directly get their rollups the same way)."""
+    records written there directly get their rollups the same way).  SQLite
+    sums the records once by GRAIN (models/bulkload.sum_records); the
+    documents are made here, by the same targets() and hour_field() the
+    flusher uses."""
     from models import bulkload
     docs: dict[str, dict[str, dict]] = {c: {} for c in COLLECTIONS}
-    for batch in bulkload.read_records(path, RECORD_FIELDS):
-        part = documents(batch)
-        for coll, by_id in part.items():
-            into = docs[coll]
-            for ident, d in by_id.items():
-                have = into.get(ident)
-                if have is None:
-                    into[ident] = d
-                    continue
-                for k, v in d.items():
-                    if k in METRICS or (k[:1] == "h" and k[-1:] in METRICS and len(k) == 4):
-                        have[k] = have.get(k, 0) + v
-                for p, s in d[MARK].items():
-                    have[MARK][p] = max(have[MARK].get(p, 0), s)
+    for d in from_sums(bulkload.sum_records(path, GRAIN, SOURCES.values())):
+        doc = docs[d.collection].get(d.id)
+        if doc is None:
+            doc = docs[d.collection][d.id] = {"_id": d.id, **d.dims, MARK: {}}
+        for k, v in d.inc().items():
+            doc[k] = doc.get(k, 0) + v
+        doc[MARK][d.proc] = max(doc[MARK].get(d.proc, 0), d.last)
     for coll, by_id in docs.items():
         bulkload.write_documents(path, coll, by_id.values())
