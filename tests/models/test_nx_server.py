@@ -1,9 +1,11 @@
 """models/nx_server.py: the embedded server stores each insert command as one
 SQLite transaction, and nothing else about an insert changes (the store
 fidelity suite runs the same shapes through the wire)."""
+import datetime
 import sqlite3
 
 import pytest
+from bson import ObjectId
 from pymongo import MongoClient
 from pymongo.errors import BulkWriteError
 
@@ -196,3 +198,55 @@ def test_compact_gives_the_space_of_deleted_documents_back(tmp_path):
         assert c.usage.count_documents({}) == 100
     finally:
         db.stop()
+
+
+def insert_into(h, coll, docs, ordered=False, db="t"):
+    msg = {"request_id": 1, "sections": [
+        ("body", {"insert": coll, "ordered": ordered, "$db": db}),
+        ("payload", {"documents": docs})]}
+    return h.handle_insert(msg)[1]
+
+
+PLAIN = [{"_id": "r1", "user_id": 7, "quota": 12, "cost": 0.5, "model": "gpt-4o-mini",
+          "stream": True, "error": None, "tags": ["a", 1, 2.5, None, {"x": "é ✓"}],
+          "usage": {"in": {"cached": 3}, "out": 0}},
+         {"_id": 42, "note": "an integer _id", "big": 2 ** 62, "neg": -1.25e-7},
+         {"_id": "r3", "quote": "\"'\\\n\t", "empty": {}, "none": []}]
+
+
+def test_plain_documents_are_stored_as_nx_27017_stores_them(handler):
+    """The fast path writes rows identical, column for column, to those
+    nx-27017's own insert writes for the same documents (its path: the
+    first insert, which makes the table), and they read back the same."""
+    assert insert_into(handler, "own", PLAIN)["n"] == 3  # nx-27017's own path
+    insert_into(handler, "fast", [{"_id": "warm"}])
+    conn, seen = traced(handler)
+    assert insert_into(handler, "fast", PLAIN) == {"ok": 1, "n": 3, "insertedIds": ["r1", 42, "r3"]}
+    assert any('INSERT INTO "fast" (data, _id)' in s for s in seen)  # the fast path's own
+    rows = {c: conn.execute(f'SELECT _id, data, typeof(_id) FROM "{c}" WHERE _id != ? ORDER BY id',
+                            ("warm",)).fetchall() for c in ("own", "fast")}
+    assert rows["fast"] == rows["own"]
+    database = handler.get_database("t")
+    for doc in PLAIN:
+        assert database["fast"].find_one({"_id": doc["_id"]}) == doc
+        assert database["own"].find_one({"_id": doc["_id"]}) == doc
+
+
+def test_documents_not_plain_take_nx_27017s_own_path(handler):
+    for doc in ({"_id": ObjectId()}, {"_id": "d", "at": datetime.datetime(2026, 1, 1)},
+                {"_id": "b", "raw": b"\x00"}, {"_id": "n", "v": float("nan")},
+                {"_id": True}, {"no_id": 1}, {"_id": 1.5}, {"_id": {"a": 1}}):
+        msg = {"request_id": 1, "sections": [("body", {"insert": "u", "$db": "t"}),
+                                             ("payload", {"documents": [doc, {"_id": "ok"}]})]}
+        assert nx_server.plain_insert(msg) is None, doc
+    # a client's transaction and GridFS are left to nx-27017 too
+    for body in ({"insert": "u", "txnNumber": 1}, {"insert": "fs.files"}, {"insert": "fs.chunks"}):
+        msg = {"request_id": 1, "sections": [("body", {**body, "$db": "t"}),
+                                             ("payload", {"documents": [{"_id": "x"}]})]}
+        assert nx_server.plain_insert(msg) is None, body
+    insert_into(handler, "u", [{"_id": "warm"}])
+    conn, seen = traced(handler)
+    when = datetime.datetime(2026, 1, 1)
+    assert insert_into(handler, "u", [{"_id": "d", "at": when}])["n"] == 1
+    assert not any('INSERT INTO "u" (data, _id)' in s for s in seen)
+    assert handler.get_database("t")["u"].find_one({"_id": "d"})["_id"] == "d"
