@@ -28,9 +28,11 @@ class Processes:
     (whose records it applies with Flusher._apply, relay/money/flusher.py)."""
 
     async def register(self) -> None:
+        now = time.time()
         await self.store.db.processes.update_one(
-            {"_id": self.pid}, {"$set": {"heartbeat": time.time(), "dead": False,
-                                         "applied_upto": self.applied_upto}}, upsert=True)
+            {"_id": self.pid}, {"$set": {"heartbeat": now, "dead": False,
+                                         "applied_upto": self.applied_upto},
+                                "$min": {"started_at": now}}, upsert=True)
         self._last_heartbeat = time.monotonic()
 
     async def heartbeat(self) -> None:
@@ -90,7 +92,10 @@ class Processes:
         # would slow every insert for a pass that runs when a relay dies):
         # records after the last applied one were made after it, or are in
         # a spill file replayed just now.
-        since = float((state or {}).get("applied_created") or 0) - 60
+        # A process that applied nothing made its records after it started:
+        # reading from 0 walked the whole log (10 s a start at a million).
+        since = float((state or {}).get("applied_created") or
+                      (state or {}).get("started_at") or 0) - 60
         if spilled_since is not None:
             since = min(since, spilled_since - 60)
         records = [r async for r in self.store.db.usage.find(

@@ -363,8 +363,12 @@ def test_apply_marker_update_and_unset(db):
 
 def test_max_set_and_upserts(db):
     async def body(db):
-        await db.c.update_one({"_id": "p"}, {"$set": {"heartbeat": 5.0, "dead": False}},
-                              upsert=True)
+        await db.c.update_one({"_id": "p"}, {"$set": {"heartbeat": 5.0, "dead": False},
+                                             "$min": {"started_at": 4.0}}, upsert=True)
+        await db.c.update_one({"_id": "p"}, {"$set": {"heartbeat": 6.0},
+                                             "$min": {"started_at": 6.0}}, upsert=True)
+        assert (await db.c.find_one({"_id": "p"}))["started_at"] == 4.0
+        await db.c.update_one({"_id": "p"}, {"$set": {"heartbeat": 5.0}})
         await db.c.update_one({"_id": "p"}, {"$max": {"applied_upto": 7, "flushed_at": 2.0}})
         await db.c.update_one({"_id": "p"}, {"$max": {"applied_upto": 3}})
         doc = await db.c.find_one({"_id": "p"})
