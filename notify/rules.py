@@ -4,10 +4,10 @@ A warning is decided from the truth, not from one relay's view of a
 balance: billing's flusher reads back every balance it applied a batch of
 charges to and publishes `balance_applied` on the bus (so does a credit,
 from the document it wrote): what the database holds, plus what other
-relays charged and have not applied yet, which they apply within one
-flush interval (relay/money/leases.py).  So whichever relay applies the
+relays charged and have not applied yet, which they apply within two
+flush intervals (relay/money/leases.py).  So whichever relay applies the
 charge that takes a balance below a threshold sees it fall below, within
-a flush interval of the call, whatever relays the calls went through.
+two flush intervals of the call, whatever relays the calls went through.
 
 The handlers here only compare numbers against subscriptions cached in
 memory and remember the last balance seen; anything that needs the

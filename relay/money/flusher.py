@@ -1,10 +1,10 @@
-"""The billing flusher: each tick stores a bounded batch of usage records,
-applies it to the balances and the usage rollups idempotently (one bulk
-write per collection, then one read of the documents written, which gives
-the balances someone watches as they are after it) and returns idle
-leases; beside it a guard moves late records to
-the spill file, a heartbeat keeps this process alive, and a loop answers
-other relays' recalls every tick (relay/money/recalls.py).
+"""The billing flusher: each tick stores a bounded batch of usage records;
+every two intervals it applies what it stored to the balances and the usage
+rollups, idempotently (one bulk write per collection, then one read of the
+documents written, which also gives the balances someone watches as they
+are after it); and it returns idle leases.  Beside it a guard moves late
+records to the spill file, a heartbeat keeps this process alive, and a loop
+answers other relays' recalls every tick (relay/money/recalls.py).
 relay/money/leases.py explains the design."""
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ from relay.money.usage import stored
 log = logging.getLogger("relay.billing")
 
 
+# The flusher applies what it stored every APPLY_EVERY flush intervals, or
+# once APPLY_MAX records wait, whichever comes first (flush()).
+APPLY_EVERY = 2
+APPLY_MAX = 4000
+# Idle leases given back in one tick, at most (the rest in the next ones).
+RELEASES_PER_TICK = 32
 # What a balance's view needs of its document (relay/money/shown.py figures),
 # and what billing's balance_applied says of it (whose key, whether limited).
 # What the read-back needs: the figures and marks, and what the on_applied
@@ -85,6 +91,10 @@ class Flusher(Leases):
         # Rollup documents that have this process's mark, by day: which form
         # of update to send (a wrong guess costs one document the long way).
         self._rolled: dict[int, set] = {}
+        # Records stored and not yet applied, by _id, in sequence order.
+        self._unapplied: dict[str, dict] = {}
+        self._applied_at = 0.0
+        self.stored_upto = 0
 
     def start(self) -> None:
         if self._flusher is None:
@@ -121,7 +131,7 @@ class Flusher(Leases):
             busy = False
             started = time.monotonic()
             try:
-                busy = await self.flush()
+                busy = await self.flush(defer=True)
                 for hook in self.after_flush:
                     await self._db(hook())
             except asyncio.CancelledError:
@@ -138,30 +148,56 @@ class Flusher(Leases):
     async def _db(self, aw):
         return await asyncio.wait_for(aw, self.db_timeout)
 
-    async def flush(self, release_all: bool = False) -> bool:
-        """One tick: a bounded batch of records, then their balances, then idle
-        leases.  Returns True while older records wait in the spill file."""
+    async def flush(self, release_all: bool = False, defer: bool = False) -> bool:
+        """One tick: a bounded batch of records stored, then the records
+        stored and not yet applied applied to the balances and rollups, then
+        idle leases.  With `defer` (the flusher's own ticks) the apply waits
+        until APPLY_EVERY flush intervals have passed since the last one (or
+        APPLY_MAX records wait): a key called ten times in a second is then
+        one update, not ten, which at thousands of keys is most of the
+        database's work.  A record is durable once stored; one stored and
+        not applied when the process dies is applied by the reclaim pass,
+        like any record after `applied_upto` (relay/money/leases.py).
+        Returns True while older records wait in the spill file."""
         async with self._flush_lock:
             started = time.time()
-            batch, offset = self.journal.take()
-            # Our own records at or below applied_upto are a copy the guard
-            # wrote while a slow tick was still storing them.
-            batch = [r for r in batch if r["proc"] != self.pid or r["seq"] > self.applied_upto]
-            applied: dict[tuple, dict] = {}
+            if len(self._unapplied) >= 2 * APPLY_MAX:
+                # Applying is failing while storing is not: take no more (the
+                # journal's guard moves what waits to the spill file).
+                batch, offset = [], None
+            else:
+                batch, offset = self.journal.take()
+            # Our own records already stored are a copy the guard wrote while
+            # a slow tick was still storing them.
+            batch = [r for r in batch if r["proc"] != self.pid or r["seq"] > self.stored_upto]
             try:
                 if batch:
                     await self._db(insert_records(self.store.db.usage, [stored(r) for r in batch]))
-                    applied = await self._db(self._apply(batch))
                 self.journal.done(offset)
             except BaseException:
                 self.journal.failed()
                 raise
-            mine = [r for r in batch if r["proc"] == self.pid]
+            mine = [r["seq"] for r in batch if r["proc"] == self.pid]
             if mine:
-                self.applied_upto = max(self.applied_upto, max(r["seq"] for r in mine))
-                self.applied_created = max(self.applied_created,
-                                           max(float(r.get("created_at") or 0) for r in mine))
-            if batch:
+                self.stored_upto = max(self.stored_upto, max(mine))
+            for r in batch:
+                if r["_id"] not in self._unapplied:
+                    self._unapplied[r["_id"]] = r
+            due = (not defer or release_all or len(self._unapplied) >= APPLY_MAX
+                   or time.monotonic() - self._applied_at >= APPLY_EVERY * self.flush_interval)
+            applying: list[dict] = []
+            applied: dict[tuple, dict] = {}
+            if self._unapplied and due:
+                applying = list(self._unapplied.values())
+                applied = await self._db(self._apply(applying))
+                self._unapplied = {}
+                self._applied_at = time.monotonic()
+                own = [r for r in applying if r["proc"] == self.pid]
+                if own:
+                    self.applied_upto = max(self.applied_upto, max(r["seq"] for r in own))
+                    self.applied_created = max(self.applied_created,
+                                               max(float(r.get("created_at") or 0) for r in own))
+            if batch or due:
                 # `flushed_at`: every record made before it is in the database
                 # or the spill file (what the crash tests check against).
                 durable = started if not self.journal.memory else self.journal.memory[0][1].get(
@@ -170,10 +206,11 @@ class Flusher(Leases):
                     {"_id": self.pid}, {"$max": {"applied_upto": self.applied_upto,
                                                  "applied_created": self.applied_created,
                                                  "flushed_at": min(durable, started)}}))
+            if applying:
                 try:
-                    await self._db(self._read_back(batch, applied))
+                    await self._db(self._read_back(applying, applied))
                 except (PyMongoError, asyncio.TimeoutError) as exc:
-                    # Applied all the same; the next flush of the balance reads it.
+                    # Applied all the same; the next apply of the balance reads it.
                     log.warning("reading back applied balances: %s", exc or type(exc).__name__)
             await self._release_idle(release_all)
             return not self.journal.spill.empty
@@ -367,14 +404,19 @@ class Flusher(Leases):
         raise PyMongoError(f"could not apply usage to {kind} {ident}: it kept changing")
 
     async def _release_idle(self, release_all: bool) -> None:
+        """Give back the leases of balances idle for idle_release, at most
+        RELEASES_PER_TICK a tick (each is a round trip: thousands of keys
+        going idle at once held a tick for seconds); all at shutdown."""
         now = time.monotonic()
+        left = RELEASES_PER_TICK
         for b in list(self._bal.values()):
             # At shutdown nobody looks any more: let all go, so the documents
             # are tidied of this process's marks.
             b.shown.let_go(float("inf") if release_all else now - self.retain_applied)
             idle = b.reserved == 0 and now - b.touched > self.idle_release
-            if release_all or idle:
+            if release_all or (idle and left > 0):
                 if b.held or (b.shown.unapplied == 0 and b.available == 0):
+                    left -= 1
                     await self._db(self._release(b))
                 if idle and not b.held and not b.shown.holding:
                     self._bal.pop((b.kind, b.id), None)

@@ -143,7 +143,8 @@ class Journal:
         return [r for _, r in self.inflight], None
 
     def done(self, offset: int | None) -> None:
-        """The batch from take() is in the database and applied."""
+        """The batch from take() is in the database (the flusher applies it
+        to the balances then or a little later: relay/money/flusher.py)."""
         if offset is not None:
             self.spill.advance(offset)
         self.inflight = []

@@ -62,19 +62,24 @@ this order and whatever the load:
 
   1. inserts one bounded batch of the oldest records (insert_many; a record
      already there is a duplicate by _id, code 11000, and harmless);
-  2. applies that batch to the balances, one conditional update per touched
-     document:
+  2. applies the records it stored and has not applied yet to the balances
+     and the rollups, once every two intervals (or once 4,000 wait), with
+     one bulk write per collection of one conditional update per touched
+     document, so a key called ten times in a second is one update:
          {_id, applied.<P> < first seq of the batch (or absent)}
          -> $inc {leases.<P>: -spent, used_quota: +spent}, $set {applied.<P>: last seq}
      so a batch applied twice changes nothing (a key that is not limited
      only counts used_quota; a record whose lease is gone, see below, is
      paid from `quota`);
   3. notes `applied_upto` and `flushed_at` in the process document;
-  4. reads the touched documents back (one find per collection): they are
-     the truth every relay's quota warnings are decided from (the database,
-     plus what other relays charged and have not applied yet, which they
-     apply within one interval), and what this relay sizes its leases by;
-  5. returns idle leases (`lease_idle_release` seconds without a call);
+  4. when it applied, reads the touched documents back (one find per
+     collection: the same read that shows what each update of step 2 did):
+     they are the truth every relay's quota warnings are decided from (the
+     database, plus what other relays charged and have not applied yet,
+     which they apply within two intervals), and what this relay sizes its
+     leases by;
+  5. returns idle leases (`lease_idle_release` seconds without a call; at
+     most 32 a tick);
 and a guard, every eighth of the interval, moves any record older than one
 interval from memory to the spill file, so a slow or absent database cannot
 keep a record in memory longer than 1.125 intervals.

@@ -38,6 +38,7 @@ class Load:
         self.url, self.key, self.threads = url, key, threads
         self.ok: list[tuple[str, float]] = []
         self.other: list[int] = []
+        self.why: list[str] = []  # the other answers' bodies, for a failure's message
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.lock = threading.Lock()
@@ -61,6 +62,7 @@ class Load:
                     self.ok.append((r.headers["X-Request-Id"], done))
                 else:
                     self.other.append(r.status_code)
+                    self.why.append(r.text[:300])
 
     def start(self) -> "Load":
         self._stop.clear()
@@ -90,7 +92,11 @@ def books(db, env) -> dict:
     def remain(d):
         return int(d.get("quota", 0)) + sum(int(v) for v in (d.get("leases") or {}).values())
     recs = list(db.usage.find({"user_id": env["user"]["id"]}, {"quota": 1, "token_id": 1}))
+    # The rollups the flusher keeps of the same records (relay/money/rollups.py).
+    rolled = list(db.usage_day_keys.find({"user_id": env["user"]["id"]}, {"n": 1, "q": 1}))
     return {"user_remain": remain(u), "user_used": int(u.get("used_quota", 0)),
+            "rolled_records": sum(int(r.get("n") or 0) for r in rolled),
+            "rolled_quota": sum(int(r.get("q") or 0) for r in rolled),
             "key_remain": remain(t), "key_used": int(t.get("used_quota", 0)),
             "user_records": sum(int(r["quota"]) for r in recs),
             "key_records": sum(int(r["quota"]) for r in recs if r.get("token_id") == t["_id"]),
@@ -103,6 +109,8 @@ def assert_books(b: dict, env) -> None:
     assert b["user_remain"] + b["user_used"] == env["user_quota"], b
     assert b["key_used"] == b["key_records"], b
     assert b["user_used"] == b["user_records"], b
+    # and the rollups hold each record once, crash or not, whichever relay applied it
+    assert (b["rolled_records"], b["rolled_quota"]) == (len(b["ids"]), b["user_records"]), b
 
 
 def client(url: str):

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from models.store import Store
+from relay.money import rollups
 from relay.money.billing import Billing, BillingUnavailable
 from relay.money.journal import Spill
 
@@ -49,6 +50,11 @@ async def _books(store) -> dict:
     recs = [r async for r in store.db.usage.find({})]
     out["records"] = sum(int(r["quota"]) for r in recs)
     out["count"] = len(recs)
+    # The flusher's rollups of the same records, every family.
+    out["rolled"] = {c: (sum(int(d.get("n") or 0) for d in docs),
+                         sum(int(d.get("q") or 0) for d in docs))
+                     for c in rollups.COLLECTIONS
+                     for docs in [[d async for d in store.db[c].find({})]]}
     return out
 
 
@@ -57,6 +63,8 @@ def _assert_books(b):
         remain, used = b[coll]
         assert remain + used == INITIAL, b
         assert used == b["records"], b
+    # each record in the rollups once, however often its batch was applied
+    assert all(v == (b["count"], b["records"]) for v in b["rolled"].values()), b
 
 
 def test_a_batch_applied_twice_changes_nothing(mongo_url, tmp_path):
