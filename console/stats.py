@@ -26,7 +26,6 @@ MAX_EXPORT_ROWS = 1_000_000
 EXPORT_CHUNK = 500
 HOUR = 3600
 DAY = rollups.DAY
-HOURS = range(24)
 
 
 def _family(fields: dict) -> str:
@@ -100,14 +99,22 @@ def _totals_view(sums: dict, since, until, lo, hi) -> dict:
             "since": lo, "until": hi, "exact": lo == since and hi == until}
 
 
+def split_hour(tz_offset_min: int) -> int:
+    """The first UTC hour (0-24) whose start falls on the next local day:
+    hours before it count in the local day before (a zone whose offset is
+    not whole hours counts each hour in the day it starts in)."""
+    return math.ceil(((-tz_offset_min) % 1440) / 60)
+
+
 async def daily(db, fields: dict, days: int = 30, tz_offset_min: int = 0,
                 now: float | None = None) -> dict:
     """Per-day, per-model sums of quota and requests for the last `days` days.
 
     Days are calendar days in the browser's time zone (`tz_offset_min` east
-    of UTC), from the rollups' hours (a zone whose offset is not whole hours
-    counts each hour in the day it starts in).  Days without usage are
-    zeros; with no usage at all, `models` is empty.
+    of UTC), from the rollups: a local day is the end of one UTC day and the
+    start of the next, so besides each UTC day's sums only the hours on the
+    smaller side of the split are read (none at UTC, at most twelve).  Days
+    without usage are zeros; with no usage at all, `models` is empty.
     """
     days = max(1, min(int(days), MAX_DAYS))
     now = time.time() if now is None else now
@@ -116,20 +123,25 @@ async def daily(db, fields: dict, days: int = 30, tz_offset_min: int = 0,
     starts = [today - timedelta(days=days - 1 - i) for i in range(days)]
     first = starts[0].timestamp()
     end = (starts[-1] + timedelta(days=1)).timestamp()
-    first_day, end_day = rollups.day_of(first), rollups.day_of(end - 1) + DAY
+    split = split_hour(tz_offset_min)
+    # UTC day of the first local day's first hour, and every UTC day after
+    # it up to the last local day's end.
+    day0 = rollups.day_of(first + 3600 - 3600 * split)
+    first_day, end_day = day0, rollups.day_of(end - 1) + DAY
+    head = split <= 12
+    hours = range(0, split) if head else range(split, 24)
+    wanted = ["n", "q"] + [rollups.hour_field(h, m) for h in hours for m in ("n", "q")]
     family = _family(fields)
     dims = _dims(fields, family)
-    per_hour = [rollups.hour_field(h, m) for h in HOURS for m in ("n", "q")]
+    flt = queries.rollup_match(dims, first_day, end_day, rollups.INDEXED[family])
     if family != rollups.KEYS:
         # One document per day and model once the filter is applied: read
         # as they are (whole: the embedded server projects in Python, at
         # four times the cost of a whole document).
-        flt = queries.rollup_match(dims, first_day, end_day, rollups.INDEXED[family])
         docs = await db[family].find(flt).to_list(None)
         rows = [(int(d["day"]), str(d.get("model") or ""), d) for d in docs]
     else:
-        flt = queries.rollup_match(dims, first_day, end_day, rollups.INDEXED[family])
-        got = await queries.rollup_sums(db[family], flt, per_hour, by="dm")
+        got = await queries.rollup_sums(db[family], flt, wanted, by="dm")
         rows = []
         for dm, sums in got.items():
             day, _, model = str(dm).partition("|")
@@ -138,11 +150,16 @@ async def daily(db, fields: dict, days: int = 30, tz_offset_min: int = 0,
     quota = {m: [0] * days for m in models}
     requests = {m: [0] * days for m in models}
     for day, model, sums in rows:
-        for h in HOURS:
-            i = math.floor((day + h * HOUR - first) / DAY)
+        total = {m: int(sums.get(m) or 0) for m in ("n", "q")}
+        part = {m: sum(int(sums.get(rollups.hour_field(h, m)) or 0) for h in hours)
+                for m in ("n", "q")}
+        before = part if head else {m: total[m] - part[m] for m in total}
+        # Hours before the split count in the local day before this UTC day's.
+        j = (day - day0) // DAY
+        for i, share in ((j - 1, before), (j, {m: total[m] - before[m] for m in total})):
             if 0 <= i < days:
-                requests[model][i] += int(sums.get(rollups.hour_field(h, "n")) or 0)
-                quota[model][i] += int(sums.get(rollups.hour_field(h, "q")) or 0)
+                requests[model][i] += share["n"]
+                quota[model][i] += share["q"]
     return {
         "days": [s.strftime("%Y-%m-%d") for s in starts],
         "timestamps": [int(s.timestamp()) for s in starts],
