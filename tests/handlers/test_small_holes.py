@@ -186,6 +186,7 @@ def test_cookies_behind_a_proxy_on_the_same_host_are_secure(relay, admin, mongo_
 
 @pytest.mark.parametrize("field,value,needle", [
     ("key_ids", list(range(1, 1002)), "at most 1000 keys"),
+    # Twice the known types at most (read from EVENT_TYPES, whatever their number).
     ("event_types", ["announcement"] * (2 * len(EVENT_TYPES) + 1), "event_types"),
     ("channel_config", {"url": "http://8.8.8.8/x", "headers": {f"X-{i}": "v" for i in range(51)}},
      "at most 50 entries")])
