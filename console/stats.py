@@ -38,36 +38,51 @@ def _dims(fields: dict, family: str) -> dict:
 
 async def totals(db, fields: dict, since: float | None = None,
                  until: float | None = None) -> dict:
-    """Requests, quota charged, full cost, unpaid and tokens of the records
-    with these field values between `since` and `until`, from the rollups:
-    exact for whole hours; a bound inside an hour counts that whole hour
-    (`since`/`until` in the answer say which hours were counted, `exact`
-    whether they are the ones asked for)."""
-    family = _family(fields)
+    """Requests, quota charged, full cost, unpaid, tokens and the prompt
+    cache's figures of the records with these field values between `since`
+    and `until`, from the rollups: exact for whole hours; a bound inside an
+    hour counts that whole hour (`since`/`until` in the answer say which
+    hours were counted, `exact` whether they are the ones asked for)."""
+    groups, lo, hi = await sums_by(db, fields, since, until)
+    sums = groups.get(None) or {m: 0 for m in rollups.METRICS}
+    return _totals_view(sums, since, until, lo, hi)
+
+
+async def sums_by(db, fields: dict, since: float | None = None, until: float | None = None,
+                  by: str | None = None) -> tuple[dict, int | None, int | None]:
+    """({group: {metric: sum}}, lo, hi): the rollups' sums of the records
+    with these field values in the whole hours [lo, hi) around [since,
+    until), grouped by the rollup field `by` (None: one group, None).  Read
+    from the smallest family that holds the filters and `by`, a day's sums
+    for whole days and the hours' for the rest (segments())."""
+    names = {k for k, v in fields.items() if v is not None} | ({by} if by else set())
+    family = rollups.family_for(names)
     coll = db[family]
     dims = _dims(fields, family)
     lo = None if since is None else math.floor(since / HOUR) * HOUR
     hi = None if until is None else math.ceil(until / HOUR) * HOUR
-    sums = {m: 0 for m in rollups.METRICS}
+    groups: dict = {}
 
     async def add(first_day, end_day, metric_fields: dict) -> None:
         if first_day is not None and end_day is not None and first_day >= end_day:
             return
         flt = queries.rollup_match(dims, first_day, end_day, rollups.INDEXED[family])
-        got = await queries.rollup_sums(coll, flt, list(metric_fields))
-        for row in got.values():
+        got = await queries.rollup_sums(coll, flt, list(metric_fields),
+                                        by=rollups.GROUP_COPIES.get(by, by) if by else None)
+        for key, row in got.items():
+            sums = groups.setdefault(key, {m: 0 for m in rollups.METRICS})
             for f, m in metric_fields.items():
                 sums[m] += row.get(f, 0)
 
     if lo is not None and hi is not None and lo >= hi:
-        return _totals_view(sums, since, until, lo, hi)
+        return groups, lo, hi
     for kind, a, b, c in segments(lo, hi):
         if kind == "days":
             await add(a, b, {m: m for m in rollups.METRICS})
         else:  # hours b..c of day a
             await add(a, a + DAY, {rollups.hour_field(h, m): m for h in range(b, c)
                                    for m in rollups.METRICS})
-    return _totals_view(sums, since, until, lo, hi)
+    return groups, lo, hi
 
 
 def segments(lo: int | None, hi: int | None) -> list[tuple]:
@@ -96,6 +111,9 @@ def segments(lo: int | None, hi: int | None) -> list[tuple]:
 def _totals_view(sums: dict, since, until, lo, hi) -> dict:
     return {"requests": sums["n"], "quota": sums["q"], "cost": sums["q"] + sums["u"],
             "unpaid": sums["u"], "prompt_tokens": sums["p"], "completion_tokens": sums["o"],
+            "cached_tokens": sums["c"], "cache_write_5m_tokens": sums["w5"],
+            "cache_write_1h_tokens": sums["w1"], "cache_saved": sums["s"],
+            "cache_unread": sums["r"],
             "since": lo, "until": hi, "exact": lo == since and hi == until}
 
 

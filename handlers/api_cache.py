@@ -1,10 +1,11 @@
 """/api/log/self/cache and /api/log/cache: prompt-cache health per key
 (and, for administrators, per channel) over the usage log's filter
-(console/cache_health.py).  The filters are /api/log's."""
+(console/cache_health.py), from the rollups through the reports
+connection.  The filters are /api/log's."""
 from __future__ import annotations
 
 from console import cache_health
-from handlers.api_log import log_filter
+from handlers.api_log import log_args
 from handlers.base import ApiError, ApiHandler
 
 
@@ -17,10 +18,10 @@ class SelfCacheHandler(ApiHandler):
         if by not in cache_health.BY or (by == "channel" and self.own_only):
             raise ApiError(400, "by must be 'key'" + ("" if self.own_only else " or 'channel'")
                            + ".")
-        flt = log_filter(self, self.own_only)
-        rows = await cache_health.by_group(self.store.db, flt, by)
+        fields, since, until = log_args(self, self.own_only)
+        rows, lo, hi = await cache_health.by_group(self.store.reports, fields, since, until, by)
         if by == "key":
-            names = {d["_id"]: d.get("name", "") async for d in self.store.db.tokens.find(
+            names = {d["_id"]: d.get("name", "") async for d in self.store.reports.tokens.find(
                 {"_id": {"$in": [r["token_id"] for r in rows]}}, {"name": 1})}
             for r in rows:
                 r["name"] = names.get(r["token_id"], "")
@@ -28,7 +29,8 @@ class SelfCacheHandler(ApiHandler):
             names = {c.id: c.name for c in self.ctx["catalog"].channels}
             for r in rows:
                 r["name"] = names.get(r["channel_id"], "")
-        self.ok({"by": by, "items": rows})
+        # The whole hours counted (a start of none: the last DEFAULT_DAYS days).
+        self.ok({"by": by, "items": rows, "since": lo, "until": hi})
 
 
 class CacheHandler(SelfCacheHandler):

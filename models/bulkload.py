@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 FIELDS = ("_id", "user_id", "username", "token_id", "token_name", "group", "model",
           "upstream_model", "channel_id", "endpoint", "face", "prompt_tokens",
           "completion_tokens", "duration_ms", "ttfb_ms", "status", "stream", "client_ip",
-          "billing_mode", "error", "created_at", "cost", "quota", "token_limited", "proc", "seq")
+          "billing_mode", "rate", "error", "created_at", "cost", "quota", "token_limited", "proc",
+          "seq")
 
 
 @dataclass
@@ -172,7 +173,7 @@ SELECT rid, CASE WHEN failed THEN json_object(
     'channel_id', channel_id, 'endpoint', 'chat', 'face', 'openai', 'prompt_tokens', 0,
     'completion_tokens', 0, 'duration_ms', 40 + h1 % 200, 'ttfb_ms', 0, 'status', 429,
     'stream', json('false'), 'client_ip', '203.0.113.' || (h2 % 250 + 1),
-    'billing_mode', 'per_token', 'error', 'Rate limit reached for requests',
+    'billing_mode', 'per_token', 'rate', '1.0', 'error', 'Rate limit reached for requests',
     'created_at', :start + :span * i / :n, 'cost', 0, 'quota', 0,
     'token_limited', json('true'), 'proc', :proc, 'seq', :seq0 + i)
   ELSE json_object(
@@ -181,7 +182,7 @@ SELECT rid, CASE WHEN failed THEN json_object(
     'channel_id', channel_id, 'endpoint', 'chat', 'face', 'openai', 'prompt_tokens', pt,
     'completion_tokens', ct, 'duration_ms', 300 + h1 % 4000, 'ttfb_ms', 100 + h2 % 900,
     'status', 200, 'stream', json(CASE WHEN h3 % 2 THEN 'true' ELSE 'false' END),
-    'client_ip', '203.0.113.' || (h2 % 250 + 1), 'billing_mode', 'per_token',
+    'client_ip', '203.0.113.' || (h2 % 250 + 1), 'billing_mode', 'per_token', 'rate', '1.0',
     'created_at', :start + :span * i / :n, 'cost', pt + 2 * ct, 'quota', pt + 2 * ct,
     'token_limited', json('true'), 'proc', :proc, 'seq', :seq0 + i)
   END

@@ -18,8 +18,10 @@ the whole relay, a channel or a status reads at most 91 x models (x 1)
 documents, a user's or a key's at most 91 x its own combinations.
 
 A document holds the day's sums (`n` requests, `q` quota charged, `u`
-unpaid, `p` prompt and `o` completion tokens; `u` only when not 0, as a
-record stores it) and the same per UTC hour (`h07q` ...), so a chart's days
+unpaid, `p` prompt and `o` completion tokens, `c` read from a prompt cache,
+`w5`/`w1` written to one for 5 minutes/1 hour, `s` quota units the cache
+saved (negative when writes cost more), `r` cache writes never read; each
+but `n` only when not 0, as a record stores it) and the same per UTC hour (`h07q` ...), so a chart's days
 follow the browser's time zone and totals follow a time range to the hour.
 A 90-day chart of the whole relay reads at most 91 x models documents.
 
@@ -35,7 +37,9 @@ An `_id` is the day, the family's fields and the model, `|` between them
 (`day|user|key|channel|status|model`): every part but the model is a
 number (or "-" for none), so the model at the end may hold any character.
 `dm` (`day|model`) lets a chart group by one field, the only grouping the
-embedded server does in SQL (models/queries.py).
+embedded server does in SQL (models/queries.py); `gk` and `gc`, copies of
+the key's and the channel's id where a family has them, let cache health
+group by key or channel along the day's index (GROUP_COPIES).
 
 """
 from __future__ import annotations
@@ -58,6 +62,14 @@ INDEXED = {DAYS: (), CHANNELS: ("channel_id",), STATUSES: ("status",),
            KEYS: ("token_id", "user_id", "channel_id")}
 
 
+# A field a report groups by has an unindexed copy to group by: grouping by
+# an indexed field, SQLite walks that field's whole index (it gives the
+# groups in order) instead of searching the day range by the day's index
+# (console/cache_health.py groups by key or channel; tests/models/
+# test_query_plans.py).
+GROUP_COPIES = {"token_id": "gk", "channel_id": "gc"}
+
+
 def family_for(filters: set) -> str:
     """The smallest family that holds every filter in `filters` (names of
     the fields given; the model is in every family)."""
@@ -67,9 +79,15 @@ def family_for(filters: set) -> str:
     return KEYS
 
 
-METRICS = ("n", "q", "u", "p", "o")
-# What each metric sums from a record ("n" counts records).
-SOURCES = {"q": "quota", "u": "unpaid", "p": "prompt_tokens", "o": "completion_tokens"}
+METRICS = ("n", "q", "u", "p", "o", "c", "w5", "w1", "s", "r")
+# What each metric sums from a record ("n" counts records): every figure the
+# log's totals and the CSV's TOTAL row sum (handlers/api_log.TOTALS; `cost`
+# is quota + unpaid), and what cache health reads (console/cache_health.py).
+SOURCES = {"q": "quota", "u": "unpaid", "p": "prompt_tokens", "o": "completion_tokens",
+           "c": "cached_tokens", "w5": "cache_write_5m_tokens", "w1": "cache_write_1h_tokens",
+           "s": "cache_saved", "r": "cache_unread"}
+# The metrics by the record field they sum.
+NAMES = {src: m for m, src in SOURCES.items()}
 MARK = "a"
 
 
@@ -93,7 +111,8 @@ def targets(r: dict) -> list[tuple[str, str, dict]]:
     out = []
     for coll, names in FAMILIES.items():
         dims = {"day": day, **{n: r.get(n) for n in names}, "model": model,
-                "dm": f"{day}|{model}"}
+                "dm": f"{day}|{model}",
+                **{GROUP_COPIES[n]: r.get(n) for n in names if n in GROUP_COPIES}}
         ident = "|".join([str(day), *(_part(r.get(n)) for n in names), model])
         out.append((coll, ident, dims))
     return out

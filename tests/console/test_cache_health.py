@@ -39,6 +39,9 @@ def records(env, tok, n):
     def got():
         items = env["user"].get(f"/api/log/self?token_id={tok['id']}&size=50")["data"]
         assert len(items["items"]) == n, items["items"]
+        # Totals (and cache health) are the rollups, applied within two
+        # flush intervals of the records being stored (relay/money/flusher.py).
+        assert items["totals"]["requests"] == n, items["totals"]
         return sorted(items["items"], key=lambda r: r["created_at"]), items["totals"]
     return eventually(got, timeout=15)
 

@@ -135,6 +135,11 @@ def test_every_usage_query_is_answered_with_an_index(tmp_path, fake):
             admin.get("/api/log/" + q)
             admin.get("/api/log/daily" + (q or "?") + "&days=90&tz_offset=330")
         api.get("/api/log/self/daily?days=30&tz_offset=-300")
+        # Cache health (console/cache_health.py): per key, per channel, filtered or not.
+        for q in ("", f"?token_id={tok['id']}", f"?model={MODEL}&start={now - 7200:.0f}"):
+            api.get("/api/log/self/cache" + q)
+            admin.get("/api/log/cache" + q)
+            admin.get("/api/log/cache?by=channel" + q.replace("?", "&"))
         rows = list(csv.reader(io.StringIO(
             api.s.get(relay.url + "/api/log/self/export?size=2").text)))
         assert rows[-1][0] == "TOTAL" and len(rows) == 8
@@ -152,7 +157,7 @@ def test_every_usage_query_is_answered_with_an_index(tmp_path, fake):
         bad = _problems(file, sql)
         if bad:
             problems[sql[:300]] = bad
-    assert problems == {}
+    assert problems == {}, "\n".join(f"{k} => {v}" for k, v in problems.items())
 
 
 def _calls(relay, tok, n):

@@ -725,6 +725,7 @@ def test_pruning_shapes(db):
         assert sorted(ids) == ["ip:0", "ip:1"]
         assert (await db.login_failures.delete_many({"_id": {"$in": ids}})).deleted_count == 2
         assert sorted([d["_id"] async for d in db.login_failures.find({})]) == ["ip:2", "ip:3"]
+    case(db, body)
 
 
 def test_lease_freeze_recall_and_forfeit_shapes(db):
@@ -845,6 +846,7 @@ def test_invalidation_log_shapes(db):
         doc = await c.find_one({"_id": "log"})
         assert doc["n"] == 5
         assert doc["log"] == ['["token","h2","p"]', '["token","h3","p"]', '["token","h4","p"]']
+    case(db, body)
 
 
 def test_learned_facts_shapes(db):

@@ -12,6 +12,7 @@ import pytest
 from models.store import Store
 from relay.money import budgets
 from relay.money.billing import Billing, BudgetExceeded, QuotaExhausted
+from relay.money.flusher import APPLY_EVERY
 
 # 2026-11-26 23:59:59 in Shanghai (15:59:59 UTC); a second later it is the 27th there.
 BEFORE_MIDNIGHT = 1795708799.0
@@ -181,13 +182,19 @@ def test_eighty_percent_is_published_from_the_database_read_back(mongo_url, tmp_
         bus = Bus()
         (a,) = await _relays(store, tmp_path, 1, bus)
         c = day(BEFORE_MIDNIGHT, 10 * PRICE)
+        # Records are applied (and read back) within two flush intervals
+        # and a tick of being stored (relay/money/flusher.APPLY_EVERY).
+        applied = (APPLY_EVERY + 1) * a.flush_interval
         for _ in range(7):
             await _call(a, c)
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(applied)
         assert not [d for t, d in bus.seen if t == "budget_used"]
         await _call(a, c)                    # the 8th: 80%
-        await asyncio.sleep(0.4)
-        used = [d for t, d in bus.seen if t == "budget_used"]
+        for _ in range(20):
+            await asyncio.sleep(applied / 10)
+            used = [d for t, d in bus.seen if t == "budget_used"]
+            if used:
+                break
         assert used and used[0] == {"counter_id": c.id, "user_id": 1, "token_id": 1,
                                     "period": "day", "limit": 10 * PRICE, "used": 8 * PRICE}
         await a.stop()
