@@ -136,48 +136,45 @@ def limits(channel_type: str, model: str) -> tuple[int | None, int | None]:
     return hit
 
 
-def _context_window(channel_type: str, model: str) -> int | None:
+def _candidates(channel_type: str, model: str):
+    """(provider, model info) of each catalogue entry the model may be, in
+    order: its name and then without a "vendor/" prefix, each under the
+    channel's provider and then any."""
     provider_id = PROVIDERS.get(channel_type)
     if genai_prices is None or provider_id is None or not model:
-        return None
+        return
     snap = data_snapshot.get_snapshot()
     names = [model] + ([model.split("/", 1)[1]] if "/" in model else [])
     for name in names:
         for pid in (provider_id, None):
             try:
-                _provider, info = snap.find_provider_model(name, None, pid, None)
+                yield snap.find_provider_model(name, None, pid, None)
             except LookupError:
                 continue
-            if info.context_window:
-                return int(info.context_window)
+
+
+def _context_window(channel_type: str, model: str) -> int | None:
+    for _provider, info in _candidates(channel_type, model):
+        if info.context_window:
+            return int(info.context_window)
     return None
 
 
 def _resolve(channel_type: str, model: str, tier: str = "") -> Price | None:
-    provider_id = PROVIDERS.get(channel_type)
-    if genai_prices is None or provider_id is None or not model:
-        return None
-    snap = data_snapshot.get_snapshot()
-    names = [model] + ([model.split("/", 1)[1]] if "/" in model else [])
-    for name in names:
-        for pid in (provider_id, None):
-            try:
-                provider, info = snap.find_provider_model(name, None, pid, None)
-            except LookupError:
-                continue
-            now = datetime.now(tz=UTC)
-            if tier:
-                if not any(v.when == {"service_tier": tier} and (
-                        v.constraint is None or v.constraint.active(now))
-                        for v in info.price_variants or ()):
-                    return None  # the catalogue does not price this tier for the model
-                mp = info.get_prices(now, {"service_tier": tier})
-            else:
-                mp = info.get_prices(now)
-            price = from_model_price(mp, model)
-            if price is not None:
-                return replace(price, ref=f"{provider.id}/{info.id}" + (f"@{tier}" if tier
-                                                                          else ""))
+    for provider, info in _candidates(channel_type, model):
+        now = datetime.now(tz=UTC)
+        if tier:
+            if not any(v.when == {"service_tier": tier} and (
+                    v.constraint is None or v.constraint.active(now))
+                    for v in info.price_variants or ()):
+                return None  # the catalogue does not price this tier for the model
+            mp = info.get_prices(now, {"service_tier": tier})
+        else:
+            mp = info.get_prices(now)
+        price = from_model_price(mp, model)
+        if price is not None:
+            return replace(price, ref=f"{provider.id}/{info.id}" + (f"@{tier}" if tier
+                                                                      else ""))
     return None
 
 
