@@ -2,7 +2,7 @@ import { t } from '../i18n.js';
 import { del, get, post, put } from '../api.js';
 import { boot } from '../common.js';
 import { $, el, fillRows, formData, showError, showOk, toast, toUnits, when } from '../ui.js';
-import { PERIODS, budgetBars } from '../budgets.js';
+import { PERIODS, budgetBars } from '../budget_view.js';
 
 boot();
 const form = $('#password-form');

@@ -2,7 +2,7 @@ import { t } from '../i18n.js';
 import { get, post, put, del } from '../api.js';
 import { boot } from '../common.js';
 import { $, el, fillRows, showError, showOk, formData, stateBadge } from '../ui.js';
-import { ruleWords } from '../budgets.js';
+import { ruleWords } from '../budget_view.js';
 
 boot();
 let groups = [];

@@ -3,7 +3,7 @@ import { locale, t } from '../i18n.js';
 import { get } from '../api.js';
 import * as live from '../live.js';
 import { boot, setBalance } from '../common.js';
-import { budgetBars } from '../budgets.js';
+import { budgetBars } from '../budget_view.js';
 import { $, el, credits, num, when, showError, UNITS_PER_CREDIT } from '../ui.js';
 
 boot();

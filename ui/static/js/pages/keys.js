@@ -3,7 +3,7 @@ import { get, post, put, del } from '../api.js';
 import * as live from '../live.js';
 import { boot } from '../common.js';
 import { checkAllowList } from '../net.js';
-import { PERIODS, budgetBars, ruleWords } from '../budgets.js';
+import { PERIODS, budgetBars, ruleWords } from '../budget_view.js';
 import { $, el, credits, toUnits, when, fillRows, showError, showOk, copyText, openDialog, toast } from '../ui.js';
 
 boot();
