@@ -55,6 +55,13 @@ def forbidden(message: str, code: str) -> RelayError:
     return RelayError(403, message, "permission_error", code)
 
 
+def model_not_found(model: str) -> RelayError:
+    """The vendors' answer for a model they do not serve: 404, which SDKs and
+    coding agents do not retry (they retry a 503)."""
+    return RelayError(404, f"The model '{model}' does not exist or this key may not use it.",
+                      "invalid_request_error", "model_not_found", "model")
+
+
 def render(family: str, err: RelayError, request_id: str) -> dict[str, Any]:
     """The error body for a route family: openai, anthropic, gemini or mj."""
     message = f"{err.message} (request id: {request_id})"

@@ -35,7 +35,7 @@ from relay.compat import rules
 from relay.money.billing import TOKEN, QuotaExhausted
 from relay.serving.buglog import log_bug
 from relay.settle import Settling
-from relay.errors import RelayError, bad_request, forbidden, unauthorized
+from relay.errors import RelayError, bad_request, forbidden, model_not_found, unauthorized
 from relay.upstream.client import Cancel
 
 log = logging.getLogger("relay.service")
@@ -146,6 +146,9 @@ class RelayService(Settling):
             raise RelayError(503, f"No channel serves the model {call.model!r}: the name has "
                                   "leading or trailing spaces; remove them.",
                              "service_unavailable", "model_name_has_spaces")
+        if not any(auth.group in c.groups and call.model in c.models
+                   for c in self.catalog.channels):
+            raise model_not_found(call.model)
         raise RelayError(503, f"No available channel for model '{call.model}' in group "
                               f"'{auth.group}'.", "service_unavailable", "model_not_available")
 

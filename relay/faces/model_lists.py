@@ -17,15 +17,14 @@ from __future__ import annotations
 import base64
 import binascii
 
-from relay.errors import RelayError, bad_request
+from relay.errors import RelayError, bad_request, model_not_found
 
 OPENAI_CREATED = 1626777600
 ANTHROPIC_CREATED_AT = "1970-01-01T00:00:00Z"
 
 
 def not_found(model: str) -> RelayError:
-    return RelayError(404, f"The model '{model}' does not exist or this key may not use it.",
-                      "invalid_request_error", "model_not_found", "model")
+    return model_not_found(model)
 
 
 # ---- OpenAI -------------------------------------------------------------------

@@ -170,7 +170,7 @@ def test_errors_are_frames_and_the_socket_goes_on(env):
         ws.send(json.dumps({"type": "session.update"}))
         assert json.loads(ws.recv())["error"]["param"] == "type"
         err = create(ws, model="no-such-model", input="x")[-1]
-        assert err["type"] == "error" and err["status"] == 503
+        assert err["type"] == "error" and err["status"] == 404
         assert "request id" in err["error"]["message"]
         err = create(ws, model="ws-resp", input=5)[-1]
         assert err["status"] == 400 and err["error"]["param"] == "input"

@@ -316,10 +316,10 @@ def test_errors_use_anthropic_body(env):
     r = requests.post(env.relay.url + "/v1/messages", data=b"{not json",
                       headers={"x-api-key": tok["key"]}, timeout=30)
     assert r.status_code == 400 and r.json()["type"] == "error"
-    with pytest.raises(anthropic.APIStatusError) as ei:
+    with pytest.raises(anthropic.NotFoundError) as ei:
         c.messages.create(model="no-such-model", max_tokens=5,
                           messages=[{"role": "user", "content": "hi"}])
-    assert ei.value.status_code == 503 and ei.value.body["error"]["type"] == "overloaded_error"
+    assert ei.value.body["error"]["type"] == "not_found_error"
     r = requests.post(env.relay.url + "/v1/messages/batches", json={}, timeout=30,
                       headers={"x-api-key": tok["key"]})
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"

@@ -185,7 +185,7 @@ def test_transcription_bad_input_is_400_and_free(setup, admin, case):
                           files=f)
     else:
         r = requests.post(url, headers=h, data={"model": "no-such-model"}, files=f)
-    expected = 503 if case == "unknown_model" else 400
+    expected = 404 if case == "unknown_model" else 400
     assert r.status_code == expected, r.text
     assert "request id" in r.json()["error"]["message"]
     assert t.spent_since(before) == 0

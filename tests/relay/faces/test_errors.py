@@ -59,6 +59,7 @@ def w(relay, fake, blackhole, mongo_url):
     admin.create_channel(blackhole, ["unreachable"], name="blackhole")
     admin.create_channel(fake.mode_url("500"), ["retried"], name="bad-first", priority=10)
     admin.create_channel(fake.url, ["retried"], name="good-second", priority=1)
+    admin.create_channel(fake.url, ["paused-model"], name="paused", enabled=False)
     for m in (MODEL, "o1-mini", "o1", "limited", "broken", "hangs", "unreachable", "retried"):
         admin.set_price(m, input_price=1, output_price=2)
     key = api.create_token(name="k", remain_quota=50_000_000)["key"]
@@ -243,8 +244,20 @@ def test_500_unexpected_has_request_id_and_no_traceback(w):
     assert "expired_time" not in err["message"]
 
 
-def test_503_no_channel_and_stray_spaces(w):
-    check(post(w, chat("no-such-model")), 503, "model_not_available")
+def test_unknown_model_is_404_and_a_paused_one_503(w):
+    # A model no channel of the group lists is the client's mistake, as the
+    # vendors answer it (404): SDKs and coding agents retry a 503, so a typo
+    # would hang them in retries.  A model whose channels are all disabled is
+    # unavailable for now: 503, worth retrying later.
+    err = check(post(w, chat("no-such-model")), 404, "model_not_found")
+    assert "no-such-model" in err["message"] and err["param"] == "model"
+    r = post(w, {"model": "no-such-model", "max_tokens": 5,
+                 "messages": [{"role": "user", "content": "hi"}]}, path="/v1/messages")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error", r.text
+    check(post(w, chat("paused-model")), 503, "model_not_available")
+
+
+def test_503_stray_spaces(w):
     err = check(post(w, chat(" gpt-4o-mini ")), 503, "model_name_has_spaces")
     assert "spaces" in err["message"]
 
