@@ -12,7 +12,6 @@ import errno
 import gc
 import importlib
 import logging
-import os
 import re
 import signal
 import socket
@@ -24,6 +23,7 @@ from tornado.ioloop import PeriodicCallback
 from tornado.log import access_log
 
 import settings as settings_mod
+from actions import ACTIONS, fail, own_command, reset_admin_password
 from handlers import proxies
 from handlers.api_rate import ApiRate
 from handlers.relay_base import BodyFirstRouting
@@ -31,7 +31,7 @@ from models import passwords
 from models.datadir import DataDirBusy, DataDirLock
 from models.secrets import Vault, load_or_create_secret
 from models.responses import ResponseStore
-from models.seed import reset_root_password, seed
+from models.seed import seed
 from models.store import Store
 from notify.bus import Bus
 from relay.serving import loop as relay_loop, process, redact
@@ -230,12 +230,6 @@ async def stop_workers(app: RelayApplication, grace: float, budget: float = 8.0)
         pass
 
 
-def fail(message: str) -> None:
-    """A start-up refusal: one line, exit status 1."""
-    print(f"relay: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(1)
-
-
 def bind_only(port: int, host: str) -> list[socket.socket]:
     """Take the port now, listen later: a client that connects before the
     relay is ready is refused, not left waiting on a half-started process."""
@@ -291,7 +285,7 @@ async def serve(config, lock: DataDirLock, sockets: list) -> None:
         # Printed once, to the console only, never to the log.
         print(f"\n  First start: administrator 'root' created with password: {generated}\n"
               "  It will not be shown again; you will choose a new one at the first sign-in.\n"
-              f"  Lost it? {_own_command()} --reset-admin-password\n", flush=True)
+              f"  Lost it? {own_command()} --reset-admin-password\n", flush=True)
     bus = Bus()
     app = build_app(config, store, bus)
     previous = lock.previous.get("process_id", "")
@@ -343,55 +337,6 @@ async def serve(config, lock: DataDirLock, sockets: list) -> None:
     await store.close()
     lock.release()
     log.info("stopped")
-
-
-def _own_command() -> str:
-    """How this server was started, to repeat with another flag (e.g. `.venv/bin/python server.py`)."""
-    python = os.path.relpath(sys.executable)
-    return f"{sys.executable if python.startswith('..') else python} {sys.argv[0]}"
-
-
-# Commands given as flags: each runs instead of the server and exits.
-ACTIONS = {"reset_admin_password":
-           "Give the administrator root a new password, print it once and exit; root must "
-           "change it at the next sign-in (uses the same database settings as the server; "
-           "works while a relay runs)."}
-
-
-def reset_admin_password(config) -> None:
-    """The --reset-admin-password action.  On the embedded database it takes
-    the data directory's lock like a relay (so no relay starts a second
-    database meanwhile); when a live relay holds it, the reset goes through
-    that relay's database, named in the lock, as it would with --mongo-url."""
-    url, db_name, lock = config.mongo_url, config.db_name, None
-    if not url:
-        lock = DataDirLock(config.data_dir)
-        try:
-            lock.acquire()
-        except DataDirBusy as exc:
-            lock = None
-            url, db_name = exc.holder.get("database", ""), exc.holder.get("db_name", db_name)
-            if not url:
-                fail(f"{exc}, which is still starting; try again in a moment")
-    try:
-        asyncio.run(_reset_admin_password(url, config.data_dir, db_name))
-    finally:
-        if lock is not None:
-            lock.release()
-
-
-async def _reset_admin_password(url: str, data_dir: str, db_name: str) -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    store = Store(url, data_dir, db_name, reports=False)
-    await store.start()
-    try:
-        password = await reset_root_password(store)
-    finally:
-        await store.close()
-    # Printed once, to the terminal only, never to the log.
-    print(f"New password for the administrator 'root': {password}\n"
-          "It will not be shown again; root must choose a new one at the next sign-in.",
-          flush=True)
 
 
 def main(argv=None) -> None:
