@@ -33,9 +33,11 @@ class RedemptionsHandler(ApiHandler):
         quota = _int(body.get("quota"), "quota", -MAX_QUOTA, MAX_QUOTA)
         count = _int(body.get("count", 1), "count")
         if quota <= 0:
-            raise ApiError(400, "quota must be a positive whole number of units.")
+            raise ApiError(400, "quota must be a positive whole number of units.",
+                           code="field_positive", field="quota")
         if not 1 <= count <= 1000:
-            raise ApiError(400, "count must be between 1 and 1000.")
+            raise ApiError(400, "count must be between 1 and 1000.", code="field_range",
+                           field="count", min=1, max=1000)
         name = str(body.get("name") or "").strip()[:64] or "code"
         vault = self.ctx["vault"]
         codes = []
@@ -54,7 +56,7 @@ class RedemptionHandler(RedemptionsHandler):
         self.require_admin()
         r = await self.store.db.redemptions.delete_one({"_id": ident(rid), "status": 1})
         if not r.deleted_count:
-            raise ApiError(404, f"No unused code with id {rid}.")
+            raise ApiError(404, f"No unused code with id {rid}.", code="no_unused_code", id=rid)
         self.ok(None, "Code deleted.")
 
 
@@ -73,7 +75,8 @@ class OptionsHandler(ApiHandler):
         body = self.body_json()
         key, value = body.get("key"), body.get("value")
         if key not in PUBLIC_OPTIONS:
-            raise ApiError(400, f"key must be one of: {', '.join(PUBLIC_OPTIONS)}.")
+            raise ApiError(400, f"key must be one of: {', '.join(PUBLIC_OPTIONS)}.",
+                           code="field_choice", field="key", choices=", ".join(PUBLIC_OPTIONS))
         await self.store.db.options.update_one({"_id": key}, {"$set": {"value": value}},
                                                upsert=True)
         self.ok({key: value}, "Saved.")

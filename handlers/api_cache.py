@@ -16,8 +16,9 @@ class SelfCacheHandler(ApiHandler):
         self.require_user() if self.own_only else self.require_admin()
         by = self.str_arg("by", "key", max_len=10)
         if by not in cache_health.BY or (by == "channel" and self.own_only):
+            choices = "key" if self.own_only else "key, channel"
             raise ApiError(400, "by must be 'key'" + ("" if self.own_only else " or 'channel'")
-                           + ".")
+                           + ".", code="field_choice", field="by", choices=choices)
         fields, since, until = log_args(self, self.own_only)
         rows, lo, hi = await cache_health.by_group(self.store.reports, fields, since, until, by)
         if by == "key":

@@ -30,7 +30,7 @@ def _list(value, name: str) -> list[str]:
     if isinstance(value, str):
         value = [v for v in value.replace("\n", ",").split(",")]
     if not isinstance(value, list):
-        raise ApiError(400, f"{name} must be a list.")
+        raise ApiError(400, f"{name} must be a list.", code="field_not_list", field=name)
     return [str(v).strip() for v in value if str(v).strip()]
 
 
@@ -39,17 +39,20 @@ def channel_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
     required = ("name", "type", "base_url", "key", "models") if creating else ()
     for f in required:
         if not body.get(f):
-            raise ApiError(400, f"A channel needs {f}.")
+            raise ApiError(400, f"A channel needs {f}.", code="field_required", field=f)
     if "name" in body:
         out["name"] = str(body["name"]).strip()
     if "type" in body:
         if body["type"] not in registry.channel_types():
-            raise ApiError(400, f"type must be one of: {', '.join(registry.channel_types())}.")
+            types = ", ".join(registry.channel_types())
+            raise ApiError(400, f"type must be one of: {types}.", code="field_choice",
+                           field="type", choices=types)
         out["type"] = body["type"]
     if "base_url" in body:
         url = str(body["base_url"]).strip()
         if not url.startswith(("http://", "https://")):
-            raise ApiError(400, "base_url must start with http:// or https://.")
+            raise ApiError(400, "base_url must start with http:// or https://.",
+                           code="field_url", field="base_url")
         out["base_url"] = url.rstrip("/")
     if body.get("key") and "*" not in str(body["key"]):
         out["key_enc"] = handler.ctx["vault"].encrypt(str(body["key"]).strip())
@@ -59,28 +62,32 @@ def channel_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
         groups = _list(body.get("groups") or ["default"], "groups")
         unknown = [g for g in groups if g not in handler.ctx["catalog"].groups]
         if unknown:
-            raise ApiError(400, f"Unknown group(s): {', '.join(unknown)}.")
+            raise ApiError(400, f"Unknown group(s): {', '.join(unknown)}.", code="no_group",
+                           group=", ".join(unknown))
         out["groups"] = groups
     for f in ("priority", "weight"):
         if f in body:
             out[f] = _int(body[f], f, -10 ** 9, 10 ** 9)
     if out.get("weight", 1) < 0:
-        raise ApiError(400, "weight cannot be negative.")
+        raise ApiError(400, "weight cannot be negative.", code="field_negative", field="weight")
     if "model_mapping" in body:
         mm = body["model_mapping"] or {}
         if isinstance(mm, str):
             try:
                 mm = json.loads(mm) if mm.strip() else {}
             except ValueError:
-                raise ApiError(400, "model_mapping must be a JSON object.") from None
+                raise ApiError(400, "model_mapping must be a JSON object.",
+                               code="field_not_object", field="model_mapping") from None
         if not isinstance(mm, dict) or not all(isinstance(v, str) for v in mm.values()):
-            raise ApiError(400, "model_mapping must map model names to model names.")
+            raise ApiError(400, "model_mapping must map model names to model names.",
+                           code="model_mapping")
         out["model_mapping"] = mm
     if "enabled" in body:
         out["enabled"] = bool(body["enabled"])
     if "options" in body:
         if not isinstance(body["options"], dict):
-            raise ApiError(400, "options must be an object.")
+            raise ApiError(400, "options must be an object.", code="field_not_object",
+                           field="options")
         out["options"] = body["options"]
     return out
 
@@ -107,7 +114,8 @@ class ChannelsHandler(ApiHandler):
         doc = await self.store.db.channels.find_one_and_update(
             {"_id": ident(body.get("id"))}, {"$set": fields}, return_document=True)
         if doc is None:
-            raise ApiError(404, f"No channel with id {body.get('id')}.")
+            raise ApiError(404, f"No channel with id {body.get('id')}.", code="no_such_channel",
+                           id=body.get("id"))
         await self.ctx["catalog"].changed("channel", doc["_id"])
         self.ok(channel_view(self, doc), "Saved.")
 
@@ -121,7 +129,7 @@ class ChannelHandler(ChannelsHandler):
         self.require_admin()
         r = await self.store.db.channels.delete_one({"_id": ident(cid)})
         if not r.deleted_count:
-            raise ApiError(404, f"No channel with id {cid}.")
+            raise ApiError(404, f"No channel with id {cid}.", code="no_such_channel", id=cid)
         await self.ctx["catalog"].changed("channel", ident(cid))
         await self.ctx["compat"].forget(ident(cid))
         self.ok(None, "Channel deleted.")
@@ -142,10 +150,10 @@ class LearnedHandler(ApiHandler):
         await by_id(self.store.db.channels, cid, "channel")
         fact = self.get_query_argument("id", None)
         if fact is not None and (len(fact) > 1000 or not fact.startswith(f"{ident(cid)}|")):
-            raise ApiError(404, "The channel has learnt no such thing.")
+            raise ApiError(404, "The channel has learnt no such thing.", code="no_such_learned")
         n = await self.ctx["compat"].forget(ident(cid), fact)
         if fact is not None and not n:
-            raise ApiError(404, "The channel has learnt no such thing.")
+            raise ApiError(404, "The channel has learnt no such thing.", code="no_such_learned")
         self.ok(self.ctx["compat"].listing(ident(cid)), "Forgotten.")
 
 
@@ -164,10 +172,12 @@ class ChannelTestHandler(ApiHandler):
         body = self.body_json()
         model = body.get("model") or (chan.models[0] if chan and chan.models else "")
         if chan is None or not model:
-            raise ApiError(400, "The channel has no models to test with.")
+            raise ApiError(400, "The channel has no models to test with.",
+                           code="channel_no_models")
         adaptor = registry.adaptor_for(chan.type)
         if adaptor is None or "chat" not in adaptor.endpoints:
-            raise ApiError(400, f"Channels of type {chan.type} cannot be tested with a chat call.")
+            raise ApiError(400, f"Channels of type {chan.type} cannot be tested with a chat call.",
+                           code="channel_untestable", type=chan.type)
         call = Call(request_id=self.request_id, endpoint="chat", face="openai", model=model,
                     body={"model": model, "max_tokens": 1,
                           "messages": [{"role": "user", "content": "ping"}]},

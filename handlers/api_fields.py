@@ -33,10 +33,11 @@ async def paged(handler: ApiHandler, coll, flt: dict, view, sort: str = "_id") -
 
 async def by_id(coll, raw, what: str) -> dict:
     """The document whose _id is `raw` (a whole number, or its text), or the
-    /api routes' 404 naming it as given."""
+    /api routes' 404 naming it as given; `what` is "user" or "channel"."""
     doc = await coll.find_one({"_id": ident(raw)})
     if doc is None:
-        raise ApiError(404, f"No {what} with id {raw}.")
+        raise ApiError(404, f"No {what} with id {raw}.",
+                       code="no_such_user" if what == "user" else "no_such_channel", id=raw)
     return doc
 
 
@@ -47,7 +48,8 @@ def limit_fields(body: dict) -> dict:
         if f in body:
             v = _int(body[f] if body[f] not in (None, "") else 0, f)
             if not 0 <= v <= 10 ** 12:
-                raise ApiError(400, f"{f} must be 0 (no limit) or a positive whole number.")
+                raise ApiError(400, f"{f} must be 0 (no limit) or a positive whole number.",
+                               code="field_range", field=f, min=0, max=10 ** 12)
             out[f] = v
     return out
 
@@ -59,11 +61,13 @@ def group_list(handler: ApiHandler, value, field: str = "usable_groups") -> list
     if isinstance(value, str):
         value = value.replace("\n", ",").split(",")
     if not isinstance(value, list):
-        raise ApiError(400, f"{field} must be a list of group names.")
+        raise ApiError(400, f"{field} must be a list of group names.", code="field_not_list",
+                       field=field)
     names = {jsonin.text(v, field, 64).strip() for v in value} - {""}
     unknown = sorted(g for g in names if g not in handler.ctx["catalog"].groups)
     if unknown:
-        raise ApiError(400, f"{field}: there is no group named {unknown[0]!r}.")
+        raise ApiError(400, f"{field}: there is no group named {unknown[0]!r}.", code="no_group",
+                       group=unknown[0])
     return sorted(names)
 
 
@@ -80,7 +84,7 @@ def budget_fields(body: dict) -> dict:
     try:
         parsed = parse_budgets(body["budgets"] if body["budgets"] is not None else {})
     except ValueError as exc:
-        raise ApiError(400, f"{exc}.") from None
+        raise ApiError.of(exc, code="invalid", message=f"{exc}.") from None
     return {"budgets": dict(parsed)}
 
 
@@ -92,7 +96,8 @@ async def timezone_field(body: dict) -> dict:
     tz = body["timezone"]
     if not await asyncio.get_running_loop().run_in_executor(None, budgets.valid_zone, tz):
         raise ApiError(400, f"timezone must be an IANA time zone name such as 'UTC' or "
-                            f"'Asia/Shanghai'; {str(tz)[:64]!r} is not one.")
+                            f"'Asia/Shanghai'; {str(tz)[:64]!r} is not one.", code="timezone",
+                       value=str(tz)[:64])
     return {"timezone": tz}
 
 

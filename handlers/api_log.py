@@ -68,7 +68,7 @@ def cursor_arg(handler: ApiHandler, name: str) -> queries.Cursor | None:
         return queries.Cursor.parse(raw)
     except ValueError:
         raise ApiError(400, f"{name} must be a cursor from a previous page's "
-                            f"'older' or 'newer'.") from None
+                            f"'older' or 'newer'.", code="cursor", field=name) from None
 
 
 class SelfLogHandler(ApiHandler):
@@ -81,13 +81,15 @@ class SelfLogHandler(ApiHandler):
         p, size = page_args(self)
         older, newer = cursor_arg(self, "older"), cursor_arg(self, "newer")
         if older and newer:
-            raise ApiError(400, "Give older or newer, not both.")
+            raise ApiError(400, "Give older or newer, not both.", code="older_and_newer")
         skip = (p - 1) * size
         if skip and (older or newer):
-            raise ApiError(400, "p pages from the newest record; with older or newer leave it out.")
+            raise ApiError(400, "p pages from the newest record; with older or newer leave it out.",
+                           code="page_with_cursor")
         if skip > queries.MAX_SKIP:
             raise ApiError(400, f"p reaches back {queries.MAX_SKIP:,} records at most; page "
-                                "further with the 'older' cursor each page gives.")
+                                "further with the 'older' cursor each page gives.",
+                           code="page_too_far", max=queries.MAX_SKIP)
         db = self.store.reports
         flt = queries.usage_filter(fields, since, until)
         docs, more = await queries.usage_page(db.usage, flt, size, older=older, newer=newer,

@@ -22,11 +22,13 @@ class NotifyHandler(ApiHandler):
     async def own_subscription(self, ident) -> dict:
         user = self.require_user()
         if ident is None:
-            raise ApiError(400, "id must be a subscription id (a number).")
+            raise ApiError(400, "id must be a subscription id (a number).", code="field_not_whole",
+                           field="id")
         sub_id = parse_ident(ident)
         doc = await self.notifier.subs.get(sub_id)
         if doc is None or (doc["user_id"] != user["_id"] and not self.is_admin()):
-            raise ApiError(404, f"There is no subscription {sub_id}.")
+            raise ApiError(404, f"There is no subscription {sub_id}.", code="no_such_subscription",
+                           id=sub_id)
         return doc
 
 
@@ -46,7 +48,7 @@ class SubscriptionsHandler(NotifyHandler):
         try:
             doc = await self.notifier.subs.create(user, self.body_json())
         except Invalid as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError.of(exc, code="invalid") from None
         self.ok(self.notifier.subs.view(doc), "Subscription created.")
 
     async def put(self) -> None:
@@ -56,7 +58,7 @@ class SubscriptionsHandler(NotifyHandler):
         try:
             doc = await self.notifier.subs.update(user, doc, body)
         except Invalid as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError.of(exc, code="invalid") from None
         self.ok(self.notifier.subs.view(doc), "Subscription saved.")
 
 
@@ -86,7 +88,8 @@ class PreviewHandler(NotifyHandler):
         body = self.body_json()
         cfg = body.get("channel_config") or {}
         if not isinstance(cfg, dict):
-            raise ApiError(400, "channel_config must be an object.")
+            raise ApiError(400, "channel_config must be an object.", code="field_not_object",
+                           field="channel_config")
         try:
             # The form's thresholds and keys, as the saved subscription would have them.
             targets = await self.notifier.subs.clean_targets(user, body)
@@ -95,7 +98,7 @@ class PreviewHandler(NotifyHandler):
                 user, str(body.get("channel_type") or ""), cfg,
                 str(body.get("event_type") or "announcement"), targets)
         except (ValueError, Invalid) as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError.of(exc, code="subscription_invalid") from None
         self.ok(result)
 
 
@@ -119,7 +122,8 @@ class AllDeliveriesHandler(NotifyHandler):
         status = self.get_argument("status", "")
         if status:
             if status not in ("pending", "sent", "failed"):
-                raise ApiError(400, "status must be pending, sent or failed.")
+                raise ApiError(400, "status must be pending, sent or failed.", code="field_choice",
+                               field="status", choices="pending, sent, failed")
             flt["status"] = {"$in": ["pending", "sending"]} if status == "pending" else status
         self.ok(await self.notifier.deliveries(flt, p, size))
 
@@ -138,11 +142,14 @@ class AnnouncementsHandler(NotifyHandler):
         content = str(body.get("content") or "").strip()
         kind = body.get("kind") or "announcement"
         if not title:
-            raise ApiError(400, "An announcement needs a title.")
+            raise ApiError(400, "An announcement needs a title.", code="field_required",
+                           field="title")
         if len(title) > 200 or len(content) > 20_000:
-            raise ApiError(400, "The title (200) or content (20,000 characters) is too long.")
+            raise ApiError(400, "The title (200) or content (20,000 characters) is too long.",
+                           code="announcement_too_long", title_max=200, content_max=20_000)
         if kind not in KINDS:
-            raise ApiError(400, f"kind must be one of: {', '.join(KINDS)}.")
+            raise ApiError(400, f"kind must be one of: {', '.join(KINDS)}.", code="field_choice",
+                           field="kind", choices=", ".join(KINDS))
         ann = await self.notifier.announce(admin, title, content, kind)
         self.ok(announcement_view(ann), "Published.")
 
@@ -154,7 +161,7 @@ class PushQrcodeHandler(NotifyHandler):
             self.ok(await self.notifier.binding.qrcode(user["_id"],
                                                        self.get_argument("vendor", "wxpusher")))
         except BindError as exc:
-            raise ApiError(exc.status, exc.message) from None
+            raise ApiError.of(exc, code="push_bind") from None
 
 
 class PushCallbackHandler(NotifyHandler):
@@ -165,7 +172,7 @@ class PushCallbackHandler(NotifyHandler):
         try:
             result = await self.notifier.binding.callback(body, self.get_argument("token", ""))
         except BindError as exc:
-            raise ApiError(exc.status, exc.message) from None
+            raise ApiError.of(exc, code="push_bind") from None
         self.ok({"uid": result["uid"]}, "Bound.")
 
 

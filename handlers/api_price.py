@@ -19,13 +19,14 @@ RATE_TIERS = ("input_tiers", "spend_tiers")
 
 def _dec(value, name: str) -> str:
     if isinstance(value, str) and len(value) > 40:
-        raise ApiError(400, f"{name} must be a number.")
+        raise ApiError(400, f"{name} must be a number.", code="field_not_number", field=name)
     try:
         d = to_decimal(value, name)
     except ValueError as exc:
-        raise ApiError(400, str(exc)) from None
+        raise ApiError.of(exc, code="invalid") from None
     if d > 10 ** 9 or d.as_tuple().exponent < -12:
-        raise ApiError(400, f"{name} must be at most 1,000,000,000 with at most 12 decimals.")
+        raise ApiError(400, f"{name} must be at most 1,000,000,000 with at most 12 decimals.",
+                       code="field_decimal", field=name, max=10 ** 9, decimals=12)
     return str(d)
 
 
@@ -59,7 +60,7 @@ def rate_tiers(body: dict) -> dict:
             try:
                 out[f] = rate_tiers_doc(parse_rate_tiers(body[f], f), f)
             except ValueError as exc:
-                raise ApiError(400, f"{exc}.") from None
+                raise ApiError.of(exc, code="invalid", message=f"{exc}.") from None
     return out
 
 
@@ -90,7 +91,8 @@ class GroupsHandler(ApiHandler):
         body = self.body_json()
         name = str(body.get("name") or "").strip()
         if not name or len(name) > 32 or not name.replace("-", "").replace("_", "").isalnum():
-            raise ApiError(400, "A group name is 1-32 letters, digits, - or _.")
+            raise ApiError(400, "A group name is 1-32 letters, digits, - or _.", code="group_name",
+                           max=32)
         doc = {"_id": name, "rate": _dec(body.get("rate", 1), "rate"),
                "description": str(body.get("description") or ""),
                "enabled": bool(body.get("enabled", True)),
@@ -99,7 +101,8 @@ class GroupsHandler(ApiHandler):
         try:
             await self.store.db.groups.insert_one(doc)
         except DuplicateKeyError:
-            raise ApiError(409, f"The group {name!r} exists already.") from None
+            raise ApiError(409, f"The group {name!r} exists already.", code="group_exists",
+                           group=name) from None
         await self.ctx["catalog"].changed("group", name)
         self.ok(group_view(doc), "Group created.")
 
@@ -118,11 +121,11 @@ class GroupsHandler(ApiHandler):
             update["usable_groups"] = group_list(self, body["usable_groups"])
         update.update(rate_tiers(body))
         if not update:
-            raise ApiError(400, "Nothing to change.")
+            raise ApiError(400, "Nothing to change.", code="nothing_to_change")
         doc = await self.store.db.groups.find_one_and_update({"_id": name}, {"$set": update},
                                                              return_document=True)
         if doc is None:
-            raise ApiError(404, f"No group named {name!r}.")
+            raise ApiError(404, f"No group named {name!r}.", code="no_group", group=name)
         await self.ctx["catalog"].changed("group", name)
         self.ok(group_view(doc), "Saved.")
 
@@ -132,10 +135,10 @@ class GroupHandler(GroupsHandler):
         self.require_admin()
         if await self.store.db.tokens.find_one({"group": name}, {"_id": 1}):
             raise ApiError(409, f"Keys still use the group {name!r}; move them first or "
-                                "disable the group instead.")
+                                "disable the group instead.", code="group_in_use", group=name)
         r = await self.store.db.groups.delete_one({"_id": name})
         if not r.deleted_count:
-            raise ApiError(404, f"No group named {name!r}.")
+            raise ApiError(404, f"No group named {name!r}.", code="no_group", group=name)
         await self.ctx["catalog"].changed("group", name)
         self.ok(None, "Group deleted.")
 
@@ -190,14 +193,15 @@ class PricesHandler(ApiHandler):
         body = self.body_json()
         model = jsonin.text(body.get("model"), "model", 200)
         if not model.strip() or model != model.strip():
-            raise ApiError(400, "Give the model name, without leading or trailing spaces.")
+            raise ApiError(400, "Give the model name, without leading or trailing spaces.",
+                           code="model_name")
         group = jsonin.text(body.get("group"), "group", 64)
         if group and group not in self.ctx["catalog"].groups:
-            raise ApiError(400, f"There is no group named {group!r}.")
+            raise ApiError(400, f"There is no group named {group!r}.", code="no_group", group=group)
         try:
             tiers = parse_tiers(body.get("tiers"))
         except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError.of(exc, code="invalid") from None
         # A tier's prices within the same bounds as the components'.
         tiers = tiers_doc(tuple((above, {k: _dec(v, f"tiers[{i}].{k}") for k, v in prices.items()})
                                 for i, (above, prices) in enumerate(tiers)))
@@ -216,7 +220,8 @@ class PricesHandler(ApiHandler):
         group = self.get_argument("group", "")
         r = await self.store.db.prices.delete_one({"_id": f"{model}@{group}"})
         if not r.deleted_count:
-            raise ApiError(404, f"No price for {model!r}" + (f" in {group!r}." if group else "."))
+            raise ApiError(404, f"No price for {model!r}" + (f" in {group!r}." if group else "."),
+                           code="no_such_price", model=model, group=group)
         await self.ctx["catalog"].changed("price", f"{model}@{group}")
         self.ok(None, "Price deleted.")
 

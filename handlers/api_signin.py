@@ -28,7 +28,8 @@ class LoginHandler(ApiHandler):
         name = jsonin.text(body.get("username"), "username", 320).strip()
         password = jsonin.text(body.get("password"), "password", 2000)
         if not name or not password:
-            raise ApiError(400, "Enter a user name (or e-mail address) and a password.")
+            raise ApiError(400, "Enter a user name (or e-mail address) and a password.",
+                           code="signin_empty")
         doc = await find_account(self.store.db, name)
         throttle = LoginThrottle(self.store)
         device = self._device()
@@ -40,7 +41,8 @@ class LoginHandler(ApiHandler):
         wait, claim = await throttle.claim(keys)
         if wait:
             raise ApiError(429, f"Too many failed sign-ins: try again in {_duration(wait)}.",
-                           retry_after=wait)
+                           retry_after=wait, code="signin_throttled", wait=wait,
+                           minutes=(wait + 59) // 60)
         try:
             # A missing user costs a hash too, so that timing does not tell
             # which names exist.
@@ -150,7 +152,7 @@ class SessionHandler(ApiHandler):
         docs = await self.store.db.sessions.find({"uid": user["_id"]}).to_list(1000)
         match = [d for d in docs if d["_id"][:16] == sid]
         if not match:
-            raise ApiError(404, "No such session.")
+            raise ApiError(404, "No such session.", code="no_such_session")
         await self.store.db.sessions.delete_one({"_id": match[0]["_id"]})
         self.ok(None, "Session ended.")
 

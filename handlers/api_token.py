@@ -59,7 +59,7 @@ async def allow_list(fields: dict) -> dict:
             fields["allow_nets"] = (netlist.compile(items) if len(items) <= 16 else
                                     await asyncio.to_thread(netlist.compile, items))
         except ValueError as exc:
-            raise ApiError(400, f"allow_ips: {exc}.") from None
+            raise ApiError.of(exc, code="invalid", message=f"allow_ips: {exc}.") from None
     return fields
 
 
@@ -87,28 +87,31 @@ def clean_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
     if "name" in body or creating:
         name = jsonin.text(body.get("name"), "name", 1000).strip() or "default"
         if len(name) > 64:
-            raise ApiError(400, "The key name is longer than 64 characters.")
+            raise ApiError(400, "The key name is longer than 64 characters.", code="field_too_long",
+                           field="name", max=64)
         out["name"] = name
     if "unlimited_quota" in body:
         out["unlimited_quota"] = bool(body["unlimited_quota"])
     if "expired_time" in body:
         exp = _int(body["expired_time"], "expired_time", -1, 2 ** 40)
         if exp not in (-1, 0) and exp <= time.time():
-            raise ApiError(400, "expired_time is in the past; use -1 for never.")
+            raise ApiError(400, "expired_time is in the past; use -1 for never.",
+                           code="expired_in_past")
         out["expired_time"] = -1 if exp == 0 else exp
     if "group" in body:
         group = jsonin.text(body["group"], "group", 64).strip()
         g = handler.ctx["catalog"].groups.get(group)
         if g is None:
-            raise ApiError(400, f"There is no group named {group!r}.")
+            raise ApiError(400, f"There is no group named {group!r}.", code="no_group", group=group)
         if not g.enabled:
-            raise ApiError(400, f"The group {group!r} is disabled.")
+            raise ApiError(400, f"The group {group!r} is disabled.", code="group_disabled",
+                           group=group)
         out["group"] = group
     if "allow_ips" in body:
         try:
             items = netlist.entries(body["allow_ips"])
         except ValueError as exc:
-            raise ApiError(400, f"allow_ips: {exc}.") from None
+            raise ApiError.of(exc, code="invalid", message=f"allow_ips: {exc}.") from None
         out["allow_ips"] = "\n".join(items)
         out["allow_nets"] = items  # collapsed by allow_list(), off the event loop
     if "model_limits_enabled" in body:
@@ -117,18 +120,20 @@ def clean_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
         raw = body["model_limits"] or []
         items = raw if isinstance(raw, list) else jsonin.text(raw, "model_limits", 100_000).split(",")
         if len(items) > MAX_MODEL_LIMITS:
-            raise ApiError(400, f"model_limits: at most {MAX_MODEL_LIMITS} models.")
+            raise ApiError(400, f"model_limits: at most {MAX_MODEL_LIMITS} models.",
+                           code="list_too_long", field="model_limits", max=MAX_MODEL_LIMITS)
         names = {jsonin.text(m, "model_limits", 200).strip() for m in items}
         out["model_limits"] = sorted(n for n in names if n)
     if "billing_mode" in body:
         if body["billing_mode"] not in BILLING_MODES:
-            raise ApiError(400, "billing_mode must be per_token or per_call.")
+            raise ApiError(400, "billing_mode must be per_token or per_call.", code="field_choice",
+                           field="billing_mode", choices=", ".join(BILLING_MODES))
         out["billing_mode"] = body["billing_mode"]
     out.update(limit_fields(body))
     out.update(budget_fields(body))
     if "status" in body:
         if body["status"] not in (TOKEN_ENABLED, TOKEN_DISABLED):
-            raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
+            raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).", code="status_choice")
         out["status"] = body["status"]
     return out
 
@@ -155,7 +160,8 @@ class TokensHandler(ApiHandler):
         fields = await allow_list(clean_fields(self, body, creating=True))
         fields.setdefault("group", user.get("group") or "default")
         if fields["group"] not in self.ctx["catalog"].groups:
-            raise ApiError(400, f"There is no group named {fields['group']!r}.")
+            raise ApiError(400, f"There is no group named {fields['group']!r}.", code="no_group",
+                           group=fields["group"])
         self.check_usable(user, fields["group"])
         remain = _int(body.get("remain_quota", 0), "remain_quota", 0, MAX_QUOTA)
         key = new_api_key()
@@ -169,7 +175,8 @@ class TokensHandler(ApiHandler):
                "created_time": now(), "accessed_time": 0, **fields}
         cap = self.config.max_keys_per_user
         if not await insert_capped(self.store.db.tokens, doc, {"user_id": user["_id"]}, cap):
-            raise ApiError(409, f"An account can have at most {cap} keys; delete one first.")
+            raise ApiError(409, f"An account can have at most {cap} keys; delete one first.",
+                           code="key_cap", max=cap)
         view = (await with_budget_use(self, [token_view(self, doc, reveal=True)]))[0]
         self.ok(view, "Key created.")
 
@@ -203,15 +210,16 @@ class TokensHandler(ApiHandler):
         """403 unless the key's owner may put keys in `group` (usable groups)."""
         if owner and not User.from_doc(owner).may_use(group, self.ctx["catalog"].groups):
             raise ApiError(403, f"The group {group!r} is not one this key's owner may use; "
-                                "an administrator decides which groups each user may use.")
+                                "an administrator decides which groups each user may use.",
+                           code="group_not_usable", group=group)
 
     async def owned(self, raw) -> dict:
         if raw is None:
-            raise ApiError(400, "Give the key's id.")
+            raise ApiError(400, "Give the key's id.", code="field_required", field="id")
         tid = ident(raw)
         doc = await self.store.db.tokens.find_one({"_id": tid})
         if doc is None or (doc["user_id"] != self.current_user["_id"] and not self.is_admin()):
-            raise ApiError(404, f"No key with id {tid}.")
+            raise ApiError(404, f"No key with id {tid}.", code="no_such_key", id=tid)
         return doc
 
 

@@ -9,7 +9,7 @@ import secrets
 from console import strings
 from handlers.api_fields import budget_fields, budget_use, budgets_changed, timezone_field
 from handlers.base import ApiError, ApiHandler
-from models.passwords import hash_password_async, password_problem, verify_password_async
+from models.passwords import hash_password_async, password_refusal, verify_password_async
 from models.records import LIMIT_FIELDS, ROLE_USER, USER_ENABLED
 from models.seed import end_sessions
 from models.store import DuplicateKeyError, now
@@ -62,7 +62,8 @@ def email_of(value) -> str:
     """An e-mail address from a form ("" clears it), or a 400."""
     email = str(value).strip().lower()
     if email and not _EMAIL.match(email):
-        raise ApiError(400, f"Not an e-mail address: {email!r}.")
+        raise ApiError(400, f"Not an e-mail address: {email!r}.", code="email_invalid",
+                       email=email[:320])
     return email
 
 
@@ -71,7 +72,9 @@ def language_of(value) -> str:
     tag = jsonin.text(value, "language", strings.MAX_TAG)
     lang = strings.normalize(tag)
     if lang is None:
-        raise ApiError(400, f"language must be one of: {', '.join(strings.available())}.")
+        choices = ", ".join(strings.available())
+        raise ApiError(400, f"language must be one of: {choices}.", code="field_choice",
+                       field="language", choices=choices)
     return lang
 
 
@@ -97,14 +100,16 @@ async def validate_new_user(body: dict, groups: dict) -> dict:
     email = jsonin.text(body.get("email"), "email", 320).strip().lower()
     group = jsonin.text(body.get("group"), "group", 64) or "default"
     if not _USERNAME.match(username) or "@" in username:
-        raise ApiError(400, "The user name must be 2-64 letters, digits or _.- characters.")
-    problem = await password_problem(password, username, email)
+        raise ApiError(400, "The user name must be 2-64 letters, digits or _.- characters.",
+                       code="username_invalid", min=2, max=64)
+    problem = await password_refusal(password, username, email)
     if problem:
-        raise ApiError(400, problem)
+        raise ApiError.of(problem, code="invalid")
     if email and not _EMAIL.match(email):
-        raise ApiError(400, f"Not an e-mail address: {email!r}.")
+        raise ApiError(400, f"Not an e-mail address: {email!r}.", code="email_invalid",
+                       email=email)
     if group not in groups:
-        raise ApiError(400, f"There is no group named {group!r}.")
+        raise ApiError(400, f"There is no group named {group!r}.", code="no_group", group=group)
     return {"username": username, "password": password, "email": email, "group": group}
 
 
@@ -118,7 +123,8 @@ async def insert_user(handler: ApiHandler, fields: dict, role: int = ROLE_USER) 
     if fields["email"]:
         fields["email_key"] = fields["email"]
     if await db.users.find_one({"name_key": fields["name_key"]}, {"_id": 1}):
-        raise ApiError(409, f"The user name {fields['username']!r} is taken.")
+        raise ApiError(409, f"The user name {fields['username']!r} is taken.",
+                       code="username_taken", username=fields["username"])
     if fields["email"] and await email_taken(handler, fields["email"]):
         raise ApiError(409, "That e-mail address is already registered.", code="email_taken")
     if "password" in fields:
@@ -130,7 +136,8 @@ async def insert_user(handler: ApiHandler, fields: dict, role: int = ROLE_USER) 
         await db.users.insert_one(doc)
     except DuplicateKeyError:  # a racing registration took the name or the address
         raise ApiError(409, f"The user name {fields['username']!r} or the e-mail address "
-                            "is taken.") from None
+                            "is taken.", code="username_or_email_taken",
+                       username=fields["username"]) from None
     return doc
 
 
@@ -164,7 +171,8 @@ class RegisterHandler(ApiHandler):
 
     async def post(self) -> None:
         if not await registration_open(self):
-            raise ApiError(403, "Registration is closed on this server.")
+            raise ApiError(403, "Registration is closed on this server.",
+                           code="registration_closed")
         body = self.body_json()
         fields = await validate_new_user({**body, "group": "default"},
                                    self.ctx["catalog"].groups)
@@ -225,7 +233,7 @@ class SelfHandler(ApiHandler):
         if body.get("password"):
             update.update(await self.new_password(user, body, None))
         if not update and email is None and "email" not in body:
-            raise ApiError(400, "Nothing to change.")
+            raise ApiError(400, "Nothing to change.", code="nothing_to_change")
         note = ""
         if email == "":
             # Removing an address needs no confirmation.
@@ -259,12 +267,13 @@ class SelfHandler(ApiHandler):
         current = user.get("password_hash", "")
         if not await verify_password_async(original, current):
             raise ApiError(403, "The current password is wrong.", code="wrong_password")
-        problem = await password_problem(password, user.get("username", ""),
-                                   email if email is not None else user.get("email", ""))
+        problem = await password_refusal(password, user.get("username", ""),
+                                         email if email is not None else user.get("email", ""))
         if problem:
-            raise ApiError(400, problem)
+            raise ApiError.of(problem, code="invalid")
         if password == original:
-            raise ApiError(400, "The new password must differ from the current one.")
+            raise ApiError(400, "The new password must differ from the current one.",
+                           code="password_same")
         return {"password_hash": await hash_password_async(password),
                 "must_change_password": False}
 
@@ -304,7 +313,7 @@ class TopupHandler(ApiHandler):
         user = self.require_user()
         code = jsonin.text(self.body_json().get("key"), "key", 200).strip()
         if not code:
-            raise ApiError(400, "Enter a redemption code.")
+            raise ApiError(400, "Enter a redemption code.", code="code_empty")
         db = self.store.db
         code_hash = self.ctx["vault"].lookup_hash(code)
         doc = await db.redemptions.find_one_and_update(
@@ -323,7 +332,8 @@ class TopupHandler(ApiHandler):
         if not ok:
             await db.redemptions.update_one({"_id": doc["_id"]},
                                             {"$set": {"status": 1, "used_user_id": None}})
-            raise ApiError(500, "The code could not be applied; it is still valid.")
+            raise ApiError(500, "The code could not be applied; it is still valid.",
+                           code="code_not_applied")
         self.ok(int(doc["quota"]), f"Added {doc['quota']} to your balance.")
 
 

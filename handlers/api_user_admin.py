@@ -11,7 +11,7 @@ from handlers.api_fields import (_int, budget_fields, by_id, group_list, limit_f
 from handlers.api_user import (email_of, insert_user, language_of, save_budgets, set_email,
                                user_view, validate_new_user)
 from handlers.base import ApiError, ApiHandler, ident
-from models.passwords import password_problem
+from models.passwords import password_refusal
 from models.records import MAX_QUOTA, ROLE_ADMIN, ROLE_ROOT, ROLE_USER, USER_DISABLED, USER_ENABLED
 from models.seed import end_sessions, reset_fields, temporary_password
 from relay.serving import jsonin
@@ -36,7 +36,7 @@ class UsersHandler(ApiHandler):
             fields["language"] = language_of(body["language"])
         role = _int(body.get("role") or ROLE_USER, "role")
         if role not in (ROLE_USER, ROLE_ADMIN) or (role >= ROLE_ADMIN and admin["role"] < ROLE_ROOT):
-            raise ApiError(403, "Only root can create administrators.")
+            raise ApiError(403, "Only root can create administrators.", code="root_only")
         doc = await insert_user(self, fields, role)
         self.ok(user_view(self, doc), "User created.")
 
@@ -47,7 +47,8 @@ class UsersHandler(ApiHandler):
         update: dict = {}
         if "group" in body:
             if not isinstance(body["group"], str) or body["group"] not in self.ctx["catalog"].groups:
-                raise ApiError(400, f"There is no group named {body['group']!r}.")
+                raise ApiError(400, f"There is no group named {body['group']!r}.", code="no_group",
+                               group=str(body["group"])[:64])
             update["group"] = body["group"]
         unset = {}
         if "usable_groups" in body:
@@ -64,7 +65,8 @@ class UsersHandler(ApiHandler):
             update["language"] = language_of(body["language"])
         if "status" in body:
             if body["status"] not in (USER_ENABLED, USER_DISABLED):
-                raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).")
+                raise ApiError(400, "status must be 1 (enabled) or 2 (disabled).",
+                               code="status_choice")
             if body["status"] == USER_DISABLED:
                 _not_yourself(admin, target, "disable")
             update["status"] = body["status"]
@@ -74,14 +76,15 @@ class UsersHandler(ApiHandler):
         reset: dict = {}
         if body.get("password"):
             password = jsonin.text(body["password"], "password", 2000)
-            problem = await password_problem(password, target.get("username", ""),
+            problem = await password_refusal(password, target.get("username", ""),
                                              email if email is not None
                                              else target.get("email", ""))
             if problem:
-                raise ApiError(400, problem)
+                raise ApiError.of(problem, code="invalid")
             if target["_id"] == admin["_id"]:
                 raise ApiError(400, "Change your own password on your account page "
-                                    "(PUT /api/user/self with original_password).")
+                                    "(PUT /api/user/self with original_password).",
+                               code="own_password")
             # The user must replace a password somebody else chose, and is
             # signed out everywhere.
             reset = await reset_fields(password)
@@ -89,7 +92,7 @@ class UsersHandler(ApiHandler):
         update.update(budget_fields(body))
         update.update(await timezone_field(body))
         if not update and not unset and not reset and "quota" not in body and email is None:
-            raise ApiError(400, "Nothing to change.")
+            raise ApiError(400, "Nothing to change.", code="nothing_to_change")
         if email is not None:
             # An administrator's word confirms an address (a user's own
             # change waits for the mail: handlers/api_user.py).
@@ -113,10 +116,11 @@ class UsersHandler(ApiHandler):
 
     async def _target(self, admin: dict, raw) -> dict:
         if raw is None:
-            raise ApiError(400, "Give the user's id.")
+            raise ApiError(400, "Give the user's id.", code="field_required", field="id")
         doc = await by_id(self.store.db.users, ident(raw), "user")
         if doc.get("role", 0) >= admin.get("role", 0) and doc["_id"] != admin["_id"]:
-            raise ApiError(403, "You cannot change a user of your own rank or higher.")
+            raise ApiError(403, "You cannot change a user of your own rank or higher.",
+                           code="rank")
         return doc
 
 
@@ -149,9 +153,11 @@ class ManageUserHandler(UsersHandler):
         update = {"enable": {"status": USER_ENABLED}, "disable": {"status": USER_DISABLED},
                   "promote": {"role": ROLE_ADMIN}, "demote": {"role": ROLE_USER}}.get(action)
         if update is None:
-            raise ApiError(400, "action must be enable, disable, promote or demote.")
+            raise ApiError(400, "action must be enable, disable, promote or demote.",
+                           code="field_choice", field="action",
+                           choices="enable, disable, promote, demote")
         if action in ("promote", "demote") and admin["role"] < ROLE_ROOT:
-            raise ApiError(403, "Only root can change roles.")
+            raise ApiError(403, "Only root can change roles.", code="root_only")
         if action in ("disable", "demote"):
             _not_yourself(admin, target, action)
         await self.store.db.users.update_one({"_id": target["_id"]}, {"$set": update})
@@ -168,7 +174,8 @@ class ResetPasswordHandler(UsersHandler):
         admin = self.require_admin()
         target = await self._target(admin, uid)
         if target["_id"] == admin["_id"]:
-            raise ApiError(400, "Change your own password on your account page.")
+            raise ApiError(400, "Change your own password on your account page.",
+                           code="own_password")
         password = await temporary_password()
         await self.store.db.users.update_one({"_id": target["_id"]},
                                              await reset_fields(password))
@@ -188,16 +195,19 @@ class AdjustQuotaHandler(UsersHandler):
         amount = _int(body.get("amount"), "amount", -MAX_QUOTA, MAX_QUOTA)
         reason = str(body.get("reason") or "").strip()
         if not amount:
-            raise ApiError(400, "amount must be a non-zero whole number of quota units.")
+            raise ApiError(400, "amount must be a non-zero whole number of quota units.",
+                           code="amount_zero")
         if not reason:
-            raise ApiError(400, "Give a reason for the adjustment.")
+            raise ApiError(400, "Give a reason for the adjustment.", code="field_required",
+                           field="reason")
         # Not a user of the administrator's own rank or higher (root, say).
         target = await self._target(admin, uid)
         ok = await self.ctx["billing"].credit(
             USER, target["_id"], amount, f"admin {admin['username']}: {reason}",
             ledger_id=f"adjust:{target['_id']}:{time.time_ns()}")
         if not ok:
-            raise ApiError(409, "The balance is smaller than the amount to remove.")
+            raise ApiError(409, "The balance is smaller than the amount to remove.",
+                           code="balance_too_small")
         doc = await self.store.db.users.find_one({"_id": target["_id"]})
         self.ok(user_view(self, doc), "Balance adjusted.")
 
@@ -205,7 +215,8 @@ class AdjustQuotaHandler(UsersHandler):
 def _not_yourself(admin: dict, target: dict, action: str) -> None:
     # The last administrator could otherwise lock everyone out.
     if target["_id"] == admin["_id"]:
-        raise ApiError(400, f"You cannot {action} your own account.")
+        raise ApiError(400, f"You cannot {action} your own account.",
+                       code="not_yourself_demote" if action == "demote" else "not_yourself")
 
 
 default_handlers = [

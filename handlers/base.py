@@ -18,6 +18,7 @@ import tornado
 import tornado.web
 from tornado import httputil
 
+from handlers.refusals import HTTP_CODES, RELAY_CODES, ApiError  # noqa: F401 (shared from here)
 from handlers.sessions import SessionMixin, session_user  # noqa: F401 (shared from here)
 from models.passwords import PasswordsBusy
 from models.records import ROLE_ADMIN, USER_ENABLED
@@ -159,7 +160,8 @@ def _after_body(method):
     def wrapper(self, *args, **kwargs):
         if self._oversized:
             raise ApiError(413, f"The request body is larger than the limit of "
-                                f"{API_MAX_BODY_MB} MB for /api.")
+                                f"{API_MAX_BODY_MB} MB for /api.", code="body_too_large",
+                           max_mb=API_MAX_BODY_MB)
         if self._refused is not None:
             raise self._refused
         return method(self, *args, **kwargs)
@@ -247,27 +249,35 @@ class ApiHandler(SessionMixin, Base):
 
     def write_error(self, status_code: int, **kwargs) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        # Every refusal's data carries a code (and its values) for the
+        # console's words; the message stays English.
         if isinstance(exc, ApiError):
             if exc.status == 429 and exc.retry_after:
                 self.set_header("Retry-After", str(exc.retry_after))
-                return self.fail(429, exc.message, {"retry_after": exc.retry_after,
-                                                    **({"code": exc.code} if exc.code else {})})
-            return self.fail(exc.status, exc.message, {"code": exc.code} if exc.code else None)
+            return self.fail(exc.status, exc.message, exc.data())
         if isinstance(exc, jsonin.BadInput):
-            return self.fail(exc.status, exc.message)
+            return self.fail(exc.status, exc.message, {"code": exc.code, **exc.values})
         if isinstance(exc, PasswordsBusy):
             self.set_header("Retry-After", "1")
             return self.fail(429, "Too many sign-ins and password changes at once: try again "
-                                  "in a second.", {"retry_after": 1})
+                                  "in a second.", {"retry_after": 1, "code": "passwords_busy"})
         if isinstance(exc, RelayError):   # billing or the catalog refusing a change (503)
             if exc.retry_after:
                 self.set_header("Retry-After", str(exc.retry_after))
-            return self.fail(exc.status, exc.message)
+            code = exc.code if exc.code in RELAY_CODES else "unavailable"
+            return self.fail(exc.status, exc.message,
+                             {"code": code, **({"retry_after": exc.retry_after}
+                                               if exc.retry_after else {})})
         if isinstance(exc, tornado.web.HTTPError) and exc.log_message:
-            return self.fail(status_code, exc.log_message)
+            return self.fail(status_code, exc.log_message,
+                             {"code": HTTP_CODES.get(status_code, "http_error"),
+                              "status": status_code})
         if status_code >= 500:
-            return self.fail(500, f"Internal error (request id: {self.request_id}).")
-        return self.fail(status_code, self._reason)
+            return self.fail(500, f"Internal error (request id: {self.request_id}).",
+                             {"code": "internal", "id": self.request_id})
+        return self.fail(status_code, self._reason,
+                         {"code": HTTP_CODES.get(status_code, "http_error"),
+                          "status": status_code})
 
     def body_json(self) -> dict:
         """The body as a JSON object ({} when empty), through relay/jsonin."""
@@ -309,19 +319,22 @@ class ApiHandler(SessionMixin, Base):
                 # used again, and the client must be told.
                 self._close = True
                 raise ApiError(413, f"The request body is larger than the limit of "
-                                    f"{API_MAX_BODY_MB} MB for /api.")
+                                    f"{API_MAX_BODY_MB} MB for /api.", code="body_too_large",
+                               max_mb=API_MAX_BODY_MB)
         self.request.connection.set_max_body_size(4 * API_MAX_BODY)
         if self.JSON_ONLY and self.request.method in UNSAFE:
             ctype = self.request.headers.get("Content-Type", "").split(";", 1)[0]
             if ctype.strip().lower() != "application/json":
                 self._refused = ApiError(415, "Send the body as JSON, with the header "
-                                              "Content-Type: application/json.")
+                                              "Content-Type: application/json.",
+                                         code="json_only")
         self.current_user = await self._authenticate()
         if self.auth_method == "session" and self.request.method in UNSAFE:
             sent = self.request.headers.get(CSRF_HEADER, "")
             if not sent or not secrets.compare_digest(sent, self._session.get("csrf", "")):
                 self._refused = ApiError(403, "Missing or wrong CSRF token: send the "
-                                              "X-CSRF-Token header from the login reply.")
+                                              "X-CSRF-Token header from the login reply.",
+                                         code="csrf")
         if self.current_user and self._refused is None and not self.is_admin():
             self._refused = self._rate_limited()
 
@@ -342,11 +355,13 @@ class ApiHandler(SessionMixin, Base):
         if wait:
             return ApiError(429, f"Too many requests: try again in {wait} s (each account may "
                                  f"use {limiter.per_minute} units of /api a minute).",
-                            retry_after=wait)
+                            retry_after=wait, code="rate_limited", wait=wait,
+                            per_minute=limiter.per_minute)
         if self.HEAVY:
             if not limiter.enter_heavy(uid):
                 return ApiError(429, "Two exports or statistics of yours are running already: "
-                                     "try again when they are done.", retry_after=2)
+                                     "try again when they are done.", retry_after=2,
+                                code="heavy_running")
             self._heavy_user = uid
         return None
 
@@ -384,29 +399,18 @@ class ApiHandler(SessionMixin, Base):
 
     def require_user(self) -> dict:
         if not self.current_user:
-            raise ApiError(401, "Not signed in.")
+            raise ApiError(401, "Not signed in.", code="not_signed_in")
         if self.current_user.get("must_change_password") and not self.open_before_password_change:
             raise ApiError(403, "Choose a new password first: PUT /api/user/self with "
-                                "original_password and password (the console's Account page).")
+                                "original_password and password (the console's Account page).",
+                           code="change_password_first")
         return self.current_user
 
     def require_admin(self) -> dict:
         user = self.require_user()
         if int(user.get("role", 0)) < ROLE_ADMIN:
-            raise ApiError(403, "Administrators only.")
+            raise ApiError(403, "Administrators only.", code="admin_only")
         return user
 
     def is_admin(self) -> bool:
         return bool(self.current_user) and int(self.current_user.get("role", 0)) >= ROLE_ADMIN
-
-
-class ApiError(Exception):
-    """A refusal: `message` is English for people; `code`, when given, is a
-    stable name (in `data.code`) that the console shows in its own language."""
-
-    def __init__(self, status: int, message: str, retry_after: int = 0, code: str = ""):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.retry_after = retry_after
-        self.code = code

@@ -59,7 +59,8 @@ class DailyHandler(ApiHandler):
         days = self.int_arg("days", 30, 1, stats.MAX_DAYS)
         tz = self.int_arg("tz_offset", 0, -10 ** 6, 10 ** 6)
         if not -14 * 60 <= tz <= 14 * 60:
-            raise ApiError(400, "tz_offset is minutes east of UTC, between -840 and 840.")
+            raise ApiError(400, "tz_offset is minutes east of UTC, between -840 and 840.",
+                           code="field_range", field="tz_offset", min=-840, max=840)
         self.ok(await stats.daily(self.store.reports, fields, days, tz))
 
 
@@ -82,7 +83,8 @@ class ExportHandler(ApiHandler):
         try:
             await stats.check_export(db, fields, since, until)
         except stats.ExportTooLarge as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError(400, str(exc), code="export_too_large", records=exc.records,
+                           max=stats.MAX_EXPORT_ROWS) from None
         admin = not self.own_only
         columns = ["request_id"] + [f for f in FIELDS if admin or f not in
                                     ("channel_id", "upstream_model")]
@@ -116,7 +118,7 @@ class GroupModelsHandler(ApiHandler):
         name = self.str_arg("group", max_len=64) or user.get("group") or "default"
         group = self.ctx["catalog"].groups.get(name)
         if group is None or (not group.enabled and not self.is_admin()):
-            raise ApiError(404, f"There is no group named {name!r}.")
+            raise ApiError(404, f"There is no group named {name!r}.", code="no_group", group=name)
         self.ok(self.ctx["catalog"].models_for_group(name))
 
 
@@ -129,17 +131,19 @@ class ConsoleOptionsHandler(ApiHandler):
         if "site_name" in body:
             name = str(body["site_name"] or "").strip()
             if not name or len(name) > 64:
-                raise ApiError(400, "The site name must be 1-64 characters.")
+                raise ApiError(400, "The site name must be 1-64 characters.", code="site_name",
+                               max=64)
             update["site_name"] = name
         if "registration_enabled" in body:
             if not isinstance(body["registration_enabled"], bool):
-                raise ApiError(400, "registration_enabled must be true or false.")
+                raise ApiError(400, "registration_enabled must be true or false.",
+                               code="field_not_bool", field="registration_enabled")
             update["registration_enabled"] = body["registration_enabled"]
         if "base_addresses" in body:
             try:
                 update["base_addresses"] = console_status.clean_addresses(body["base_addresses"])
             except ValueError as exc:
-                raise ApiError(400, str(exc)) from None
+                raise ApiError.of(exc, code="base_addresses") from None
         if "purchase_rate" in body:
             raw = body["purchase_rate"]
             if raw in (None, ""):
@@ -147,10 +151,11 @@ class ConsoleOptionsHandler(ApiHandler):
             else:
                 rate = console_status.parse_rate(raw)
                 if rate is None:
-                    raise ApiError(400, "The purchase rate must be a positive number, e.g. 0.7.")
+                    raise ApiError(400, "The purchase rate must be a positive number, e.g. 0.7.",
+                                   code="field_positive", field="purchase_rate")
                 update["purchase_rate"] = str(rate)
         if not update:
-            raise ApiError(400, "Nothing to change.")
+            raise ApiError(400, "Nothing to change.", code="nothing_to_change")
         for key, value in update.items():
             await self.store.db.options.update_one({"_id": key}, {"$set": {"value": value}},
                                                    upsert=True)

@@ -27,6 +27,8 @@ import socket
 import struct
 from bisect import bisect_right
 
+from models.refusal import Refusal
+
 MAX_TEXT = 64 * 1024
 MAX_ENTRIES = 1024
 MAX_NETWORKS = 256
@@ -44,20 +46,24 @@ def entries(raw) -> list[str]:
         return []
     if isinstance(raw, list):
         if len(raw) > MAX_ENTRIES:
-            raise ValueError(f"an allow-list takes at most {MAX_ENTRIES} entries "
-                             f"({len(raw)} given)")
+            raise Refusal(f"an allow-list takes at most {MAX_ENTRIES} entries "
+                          f"({len(raw)} given)", "allow_ips_entries", max=MAX_ENTRIES,
+                          given=len(raw))
         items = [x.strip() if isinstance(x, str) else str(x) for x in raw]
     else:
         text = str(raw)
         if len(text) > MAX_TEXT:
-            raise ValueError(f"an allow-list takes at most {MAX_TEXT // 1024} KB of text")
+            raise Refusal(f"an allow-list takes at most {MAX_TEXT // 1024} KB of text",
+                          "allow_ips_text", max_kb=MAX_TEXT // 1024)
         items = _SPLIT.split(text)
     items = [x for x in items if x]
     if len(items) > MAX_ENTRIES:
-        raise ValueError(f"an allow-list takes at most {MAX_ENTRIES} entries ({len(items)} given)")
+        raise Refusal(f"an allow-list takes at most {MAX_ENTRIES} entries ({len(items)} given)",
+                      "allow_ips_entries", max=MAX_ENTRIES, given=len(items))
     for item in items:
         if len(item) > _LONGEST:
-            raise ValueError(f"not an IP address or CIDR range: {item[:60]!r}")
+            raise Refusal(f"not an IP address or CIDR range: {item[:60]!r}", "allow_ips_entry",
+                          entry=item[:60])
     return items
 
 
@@ -95,11 +101,13 @@ def compile(items: list[str]) -> dict:  # noqa: A001 (the module's verb)
         try:
             nets.append(_network(item))
         except ValueError:
-            raise ValueError(f"not an IP address or CIDR range: {item[:60]!r}") from None
+            raise Refusal(f"not an IP address or CIDR range: {item[:60]!r}", "allow_ips_entry",
+                          entry=item[:60]) from None
     packed = _pack(nets)
     if packed["n"] > MAX_NETWORKS:
-        raise ValueError(f"the allow-list is {packed['n']} networks once overlapping and "
-                         f"adjacent ranges are merged; at most {MAX_NETWORKS} are allowed")
+        raise Refusal(f"the allow-list is {packed['n']} networks once overlapping and "
+                      f"adjacent ranges are merged; at most {MAX_NETWORKS} are allowed",
+                      "allow_ips_networks", networks=packed["n"], max=MAX_NETWORKS)
     return packed
 
 

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from passlib.context import CryptContext
 
+from models.refusal import Refusal
 from models.strength import Estimator
 
 _ctx = CryptContext(schemes=["argon2", "bcrypt"], deprecated="auto")
@@ -96,7 +97,16 @@ def _verify_timed(password: str, hashed: str) -> bool:
 
 
 async def password_problem(password: str, username: str = "", email: str = "") -> str | None:
-    """Why `password` may not be used as a new password, or None if it may.
+    """Why `password` may not be used as a new password, or None if it may
+    (password_refusal's message)."""
+    refusal = await password_refusal(password, username, email)
+    return None if refusal is None else str(refusal)
+
+
+async def password_refusal(password: str, username: str = "",
+                           email: str = "") -> Refusal | None:
+    """Why `password` may not be used as a new password (a Refusal to raise,
+    whose code the console shows in its language), or None if it may.
 
     The one rule every place that sets a password asks (registration, the
     user's own change, an administrator's reset, account recovery): at least
@@ -104,11 +114,14 @@ async def password_problem(password: str, username: str = "", email: str = "") -
     keyboard walks, repeats, dates, the user's own name or address).
     """
     if not isinstance(password, str) or _SURROGATE.search(password):
-        return "The password must be text (it contains characters that are not valid Unicode)."
+        return Refusal("The password must be text (it contains characters that are not valid "
+                       "Unicode).", "password_not_text")
     if len(password) < MIN_LENGTH:
-        return f"The password must be at least {MIN_LENGTH} characters long."
+        return Refusal(f"The password must be at least {MIN_LENGTH} characters long.",
+                       "password_short", min=MIN_LENGTH)
     if len(password) > MAX_LENGTH:
-        return f"The password must be at most {MAX_LENGTH} characters long."
+        return Refusal(f"The password must be at most {MAX_LENGTH} characters long.",
+                       "password_long", max=MAX_LENGTH)
     hints = [h for h in (username, email, (email or "").split("@")[0]) if h]
     # Measured in a helper process (models/strength.py): zxcvbn's
     # dictionaries would stay resident here for good.
@@ -117,4 +130,6 @@ async def password_problem(password: str, username: str = "", email: str = "") -
         return None
     why = result["warning"] or "This password is too easy to guess."
     tips = " ".join(result["suggestions"])
-    return f"Choose a stronger password: {why.rstrip('.')}. {tips}".strip()
+    # zxcvbn's words are English: the console says it in its own, without them.
+    return Refusal(f"Choose a stronger password: {why.rstrip('.')}. {tips}".strip(),
+                   "password_weak")

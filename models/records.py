@@ -14,6 +14,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from models.netlist import NetList
+from models.refusal import Refusal
 
 # 500,000 units = 1 credit = 1 USD of official price (one-api/new-api count).
 QUOTA_PER_USD = 500_000
@@ -34,13 +35,13 @@ def to_decimal(value: Any, name: str = "value") -> Decimal:
     if value is None or value == "":
         return Decimal(0)
     if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number")
+        raise Refusal(f"{name} must be a number", "field_not_number", field=name)
     try:
         d = Decimal(str(value))
     except InvalidOperation:
-        raise ValueError(f"{name} must be a number") from None
+        raise Refusal(f"{name} must be a number", "field_not_number", field=name) from None
     if not d.is_finite() or d < 0:
-        raise ValueError(f"{name} must be a non-negative number")
+        raise Refusal(f"{name} must be a non-negative number", "field_negative", field=name)
     return d
 
 
@@ -74,14 +75,17 @@ def parse_budgets(raw) -> tuple:
     if raw is None:
         return ()
     if not isinstance(raw, dict):
-        raise ValueError("budgets must be an object like {\"day\": units, \"month\": units}")
+        raise Refusal("budgets must be an object like {\"day\": units, \"month\": units}",
+                      "budgets_not_object")
     out = []
     for k, v in raw.items():
         if k not in PERIODS:
-            raise ValueError(f"budgets: unknown period {k!r} (day, week or month)")
+            raise Refusal(f"budgets: unknown period {k!r} (day, week or month)",
+                          "budget_period", period=str(k)[:64])
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 10 ** 15:
-            raise ValueError(f"budgets.{k} must be a whole number of quota units, "
-                             "0 to 1,000,000,000,000,000 (0: none)")
+            raise Refusal(f"budgets.{k} must be a whole number of quota units, "
+                          "0 to 1,000,000,000,000,000 (0: none)", "budget_value", period=k,
+                          max=10 ** 15)
         if v:
             out.append((k, v))
     return tuple(sorted(out, key=lambda x: PERIODS.index(x[0])))
@@ -228,26 +232,32 @@ def parse_rate_tiers(raw: Any, name: str) -> tuple:
     if not raw:
         return ()
     if not isinstance(raw, list):
-        raise ValueError(f"{name} must be a list of {{from, factor}}")
+        raise Refusal(f"{name} must be a list of {{from, factor}}", "rate_tiers_list",
+                      field=name)
     if len(raw) > MAX_RATE_TIERS:
-        raise ValueError(f"{name} may have at most {MAX_RATE_TIERS} tiers")
+        raise Refusal(f"{name} may have at most {MAX_RATE_TIERS} tiers", "rate_tiers_count",
+                      field=name, max=MAX_RATE_TIERS)
     out, last = [], Decimal(0)
     for i, t in enumerate(raw):
         if not isinstance(t, dict) or set(t) - {"from", "factor"}:
-            raise ValueError(f"{name}[{i}] must be an object with 'from' and 'factor' only")
+            raise Refusal(f"{name}[{i}] must be an object with 'from' and 'factor' only",
+                          "rate_tier_object", field=f"{name}[{i}]")
         start = to_decimal(t.get("from"), f"{name}[{i}].from")
         factor = to_decimal(t.get("factor"), f"{name}[{i}].factor")
         if name == "input_tiers" and start != start.to_integral_value():
-            raise ValueError(f"{name}[{i}].from must be a whole number of input tokens")
+            raise Refusal(f"{name}[{i}].from must be a whole number of input tokens",
+                          "field_not_whole", field=f"{name}[{i}].from")
         if start <= last:
-            raise ValueError(f"{name} must be sorted by 'from', each above the one before "
-                             f"and above 0 ({name}[{i}].from is {start})")
+            raise Refusal(f"{name} must be sorted by 'from', each above the one before "
+                          f"and above 0 ({name}[{i}].from is {start})", "rate_tiers_order",
+                          field=name)
         if start > RATE_TIER_MAX_FROM[name] or start.as_tuple().exponent < -6:
-            raise ValueError(f"{name}[{i}].from must be at most {RATE_TIER_MAX_FROM[name]:,} "
-                             "with at most 6 decimals")
+            raise Refusal(f"{name}[{i}].from must be at most {RATE_TIER_MAX_FROM[name]:,} "
+                          "with at most 6 decimals", "field_decimal", field=f"{name}[{i}].from",
+                          max=RATE_TIER_MAX_FROM[name], decimals=6)
         if factor <= 0 or factor > 1000 or factor.as_tuple().exponent < -6:
-            raise ValueError(f"{name}[{i}].factor must be above 0 and at most 1000, with at "
-                             "most 6 decimals")
+            raise Refusal(f"{name}[{i}].factor must be above 0 and at most 1000, with at "
+                          "most 6 decimals", "rate_tier_factor", field=f"{name}[{i}].factor")
         last = start
         out.append((int(start) if name == "input_tiers" else int(start * QUOTA_PER_USD), factor))
     return tuple(out)
@@ -288,22 +298,25 @@ def parse_tiers(raw: Any) -> tuple:
     if not raw:
         return ()
     if not isinstance(raw, list):
-        raise ValueError("tiers must be a list of {above, <component>: price}")
+        raise Refusal("tiers must be a list of {above, <component>: price}", "field_not_list",
+                      field="tiers")
     tiers = []
     for t in raw:
         if not isinstance(t, dict):
-            raise ValueError("each tier must be an object")
+            raise Refusal("each tier must be an object", "field_not_object", field="tiers[]")
         above = t.get("above")
         if isinstance(above, bool) or not isinstance(above, int) or above < 0:
-            raise ValueError("a tier's 'above' must be a whole number of prompt tokens")
+            raise Refusal("a tier's 'above' must be a whole number of prompt tokens",
+                          "tier_above")
         unknown = set(t) - {"above", *TIER_COMPONENTS}
         if unknown:
-            raise ValueError(f"a tier cannot set {sorted(unknown)[0]!r}")
+            raise Refusal(f"a tier cannot set {sorted(unknown)[0]!r}", "tier_unknown",
+                          name=str(sorted(unknown)[0])[:64])
         prices = {k: to_decimal(t[k], k) for k in TIER_COMPONENTS if k in t}
         tiers.append((above, prices))
     tiers.sort(key=lambda x: x[0])
     if len({a for a, _ in tiers}) != len(tiers):
-        raise ValueError("two tiers start at the same prompt size")
+        raise Refusal("two tiers start at the same prompt size", "tiers_same_start")
     return tuple(tiers)
 
 

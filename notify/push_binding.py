@@ -23,10 +23,15 @@ VENDORS = ("wxpusher",)
 
 
 class BindError(Exception):
-    def __init__(self, status: int, message: str):
+    """A refusal with its HTTP status; `code` names the ones a user meets in
+    the console (err.<code>), the callback's are for the push service."""
+
+    def __init__(self, status: int, message: str, code: str = "", **values):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code
+        self.values = values
 
 
 class PushBinding:
@@ -44,20 +49,23 @@ class PushBinding:
         """Ask the push service for a QR code carrying a new one-time bind code."""
         if vendor not in VENDORS:
             raise BindError(400, f"QR binding is available for: {', '.join(VENDORS)} "
-                                 f"(ServerChan uses a SendKey instead).")
+                                 f"(ServerChan uses a SendKey instead).", "push_vendor",
+                            choices=", ".join(VENDORS))
         if not self.settings.notify_wxpusher_app_token:
-            raise BindError(503, "WxPusher is not set up on this server.")
+            raise BindError(503, "WxPusher is not set up on this server.", "push_not_set_up")
         code = "bind_" + random_string(24)
         try:
             reply = await self.http.send("POST", f"{self.base}/api/fun/create/qrcode", json_body={
                 "appToken": self.settings.notify_wxpusher_app_token, "extra": code,
                 "validTime": VALID_SECONDS})
         except Exception as exc:
-            raise BindError(502, f"The push service did not answer: {exc}") from None
+            raise BindError(502, f"The push service did not answer: {exc}",
+                            "push_service_failed", detail=str(exc)[:200]) from None
         data = reply.json() or {}
         qr = data.get("data") or {}
         if reply.status != 200 or data.get("code") != 1000 or not qr.get("url"):
-            raise BindError(502, f"The push service refused the QR code: {reply.snippet(200)}")
+            raise BindError(502, f"The push service refused the QR code: {reply.snippet(200)}",
+                            "push_service_failed", detail=reply.snippet(200))
         now = self.clock()
         await self.store.db.notify_push_binds.insert_one({
             "_id": code, "user_id": user_id, "vendor": vendor, "qr_code": qr.get("code", ""),

@@ -17,6 +17,7 @@ import re
 import time
 
 from models.records import ROLE_ADMIN
+from models.refusal import Refusal
 from models.secrets import mask
 from models.store import insert_capped, now, sort_by_id
 from notify import channels, templates
@@ -34,8 +35,15 @@ SENSITIVE = re.compile(r"auth|token|key|secret|pass|cookie|sign", re.I)
 MASK_MARK = "********"
 
 
-class Invalid(ValueError):
-    """A subscription field is wrong; the message says which and why."""
+class Invalid(Refusal):
+    """A subscription field is wrong; the message says which and why, and
+    `code` names it for the console (subscription_invalid, with the message
+    as `detail`, for what a channel's or a template's check says)."""
+
+    def __init__(self, message: str, code: str = "", **values):
+        if not code:
+            code, values = "subscription_invalid", {"detail": message.rstrip(".")}
+        super().__init__(message, code, **values)
 
 
 class Subscriptions:
@@ -124,29 +132,35 @@ class Subscriptions:
         out: dict = {}
         name = str(body.get("name", old.get("name", "")) or "").strip()
         if len(name) > 64:
-            raise Invalid("The name is longer than 64 characters.")
+            raise Invalid("The name is longer than 64 characters.", "field_too_long", field="name",
+                          max=64)
         out["name"] = name or "default"
         types = body.get("event_types", old.get("event_types"))
         if not isinstance(types, list) or not types or len(types) > 2 * len(EVENT_TYPES):
-            raise Invalid(f"event_types must be a non-empty list of: {', '.join(EVENT_TYPES)}.")
+            raise Invalid(f"event_types must be a non-empty list of: {', '.join(EVENT_TYPES)}.",
+                          "event_types")
         unknown = [t for t in types if t not in EVENT_TYPES]
         if unknown:
-            raise Invalid(f"Unknown event types: {unknown}; known: {', '.join(EVENT_TYPES)}.")
+            raise Invalid(f"Unknown event types: {unknown}; known: {', '.join(EVENT_TYPES)}.",
+                          "event_types_unknown", types=", ".join(map(str, unknown))[:200])
         admin_only = [t for t in types if t in ADMIN_EVENT_TYPES]
         if admin_only and int(user.get("role") or 0) < ROLE_ADMIN:
-            raise Invalid(f"Only administrators receive {', '.join(admin_only)}.")
+            raise Invalid(f"Only administrators receive {', '.join(admin_only)}.",
+                          "event_types_admin", types=", ".join(admin_only))
         out["event_types"] = list(dict.fromkeys(types))
         out.update(await self.clean_targets(user, body, old))
         ctype = body.get("channel_type", old.get("channel_type"))
         channel = channels.get(ctype) if isinstance(ctype, str) else None
         if channel is None:
-            raise Invalid(f"channel_type must be one of: {', '.join(channels.CHANNELS)}.")
+            raise Invalid(f"channel_type must be one of: {', '.join(channels.CHANNELS)}.",
+                          "field_choice", field="channel_type", choices=", ".join(channels.CHANNELS))
         out["channel_type"] = ctype
         raw = body.get("channel_config", None)
         if raw is None:
             raw = self.config(old) if old.get("channel_type") == ctype else {}
         if not isinstance(raw, dict):
-            raise Invalid("channel_config must be an object.")
+            raise Invalid("channel_config must be an object.", "field_not_object",
+                          field="channel_config")
         raw = dict(raw)
         if old.get("channel_type") == ctype:
             stored = self.config(old)
@@ -191,19 +205,22 @@ class Subscriptions:
             value = body.get(f, old.get(f, 0))
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
                     or int(value) != value:
-                raise Invalid(f"{f} must be a whole number of quota units, 0 or more.")
+                raise Invalid(f"{f} must be a whole number of quota units, 0 or more.",
+                              "field_units", field=f)
             out[f] = int(value)
         key_ids = body.get("key_ids", old.get("key_ids", []))
         if isinstance(key_ids, list) and len(key_ids) > MAX_KEY_IDS:
-            raise Invalid(f"key_ids names at most {MAX_KEY_IDS} keys.")
+            raise Invalid(f"key_ids names at most {MAX_KEY_IDS} keys.", "list_too_long",
+                          field="key_ids", max=MAX_KEY_IDS)
         if not isinstance(key_ids, list) or not all(
                 isinstance(k, int) and not isinstance(k, bool) for k in key_ids):
-            raise Invalid("key_ids must be a list of key ids (empty: all keys).")
+            raise Invalid("key_ids must be a list of key ids (empty: all keys).", "field_not_list",
+                          field="key_ids")
         if key_ids:
             mine = await self.store.db.tokens.count_documents(
                 {"_id": {"$in": key_ids}, "user_id": user["_id"]})
             if mine != len(set(key_ids)):
-                raise Invalid("key_ids names a key that is not yours.")
+                raise Invalid("key_ids names a key that is not yours.", "key_ids_not_yours")
         out["key_ids"] = sorted(set(key_ids))
         return out
 
@@ -213,7 +230,8 @@ class Subscriptions:
                "created_at": now(), "updated_at": now(), "last_error": "", **fields}
         # Exact under racing creates, in any number of processes.
         if not await insert_capped(self.coll, doc, {"user_id": user["_id"]}, MAX_PER_USER):
-            raise Invalid(f"An account can have at most {MAX_PER_USER} subscriptions.")
+            raise Invalid(f"An account can have at most {MAX_PER_USER} subscriptions.",
+                          "subscription_cap", max=MAX_PER_USER)
         await self._changed(user["_id"])
         return doc
 

@@ -11,6 +11,19 @@ export function csrfToken() {
   return m ? decodeURIComponent(m[1]) : '';
 }
 
+/** A refusal's words in the console's language: the server writes English
+ *  and names every refusal by `data.code`, with its variable parts as the
+ *  other values of `data` ({code: 'field_too_long', field: 'name', max: 64});
+ *  a field the table has a label for is named by it.  The server's English
+ *  when the table lacks the code (a newer server). */
+export function refusal(data, english) {
+  const code = data && data.code;
+  if (!code || !has(`err.${code}`)) return english;
+  const vars = { ...data };
+  if (typeof vars.field === 'string' && has(`field.${vars.field}`)) vars.field = t(`field.${vars.field}`);
+  return t(`err.${code}`, vars);
+}
+
 export async function api(method, path, body) {
   const opts = { method, headers: {}, credentials: 'same-origin' };
   if (!['GET', 'HEAD'].includes(method)) opts.headers['X-CSRF-Token'] = csrfToken();
@@ -31,11 +44,8 @@ export async function api(method, path, body) {
     if (r.status === 401 && !location.pathname.startsWith('/console/login')) {
       location.href = '/console/login?next=' + encodeURIComponent(location.pathname + location.search);
     }
-    // The server writes English; a refusal with a code the table knows is
-    // shown in the console's language.
-    const code = doc && doc.data && doc.data.code;
-    const message = code && has(`err.${code}`) ? t(`err.${code}`) : (doc && doc.message) || `HTTP ${r.status}`;
-    throw new ApiError(r.status, message, doc && doc.data);
+    const data = (doc && doc.data) || null;
+    throw new ApiError(r.status, refusal(data, (doc && doc.message) || `HTTP ${r.status}`), data);
   }
   return doc.data;
 }
