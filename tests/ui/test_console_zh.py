@@ -16,6 +16,7 @@ import requests
 from selenium.webdriver.support.ui import Select
 
 from console import strings
+from models import netlist
 from tests.ui import browser as chromium
 from tests.ui.console_env import MARKS, WebhookReceiver, no_script_errors
 from tests.ui.console_env import upstream  # noqa: F401  (fixture)
@@ -339,3 +340,37 @@ def test_the_switch_changes_the_language_of_the_console_and_the_account(relay, d
     finally:
         br.quit()
 
+
+
+def test_refusals_are_shown_in_chinese(relay, data):
+    """The server refuses in English and names the refusal (data.code, with
+    its values); the page says it in Chinese, the values in place: a key
+    whose allow-list has too many entries (the page checks each entry's
+    form, not their number), and a time zone that is none."""
+    br = zh_browser(1366, 768)
+    try:
+        br.login(relay.url, "root", ADMIN_PASSWORD)
+        br.get(relay.url + "/console/keys")
+        settle(br)
+        br.click("#new-key")
+        settle(br, signed_in=False)
+        br.type("#k-name", "太多地址")
+        many = "\n".join(f"10.0.{i // 250}.{i % 250}" for i in range(netlist.MAX_ENTRIES + 1))
+        br.js("const e = document.querySelector('#k-ips'); e.value = arguments[0];"
+              "e.dispatchEvent(new Event('input'));", many)
+        br.click("#key-save")
+        br.wait(lambda d: br.text("#key-form-status"), what="the key's refusal")
+        assert br.text("#key-form-status") == \
+            f"IP 白名单最多 {netlist.MAX_ENTRIES} 条（当前 {netlist.MAX_ENTRIES + 1} 条）。"
+        check_page(br, "the key form's refusal")
+        br.screenshot("zh-key-refused")
+        br.get(relay.url + "/console/account")
+        settle(br)
+        br.type("#b-timezone", "Mars/Olympus")
+        br.click("#budget-save")
+        br.wait(lambda d: br.text("#budget-status"), what="the time zone's refusal")
+        assert br.text("#budget-status") == \
+            "Mars/Olympus 不是有效的时区名称，例如 UTC 或 Asia/Shanghai。"
+        no_script_errors(br)
+    finally:
+        br.quit()
