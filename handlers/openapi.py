@@ -55,9 +55,12 @@ def envelope(data: dict | None = None) -> dict:
                 data=data or {})}}}
 
 
-FAIL = {"description": "Refused: success is false and message says why.",
+FAIL = {"description": "Refused: success is false and message says why (in English).",
         "content": {"application/json": {"schema": obj(
-            ("success", "message"), success={"const": False}, message=STR, data={})}}}
+            ("success", "message"), success={"const": False}, message=STR, data={
+                "description": "The refusal's stable name, `code`, and its variable parts "
+                               "by name, e.g. {\"code\": \"field_too_long\", \"field\": "
+                               "\"name\", \"max\": 64}; a 429 adds retry_after."})}}}
 
 
 def op(summary: str, body: dict | None = None, query: dict | None = None,

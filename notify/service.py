@@ -13,6 +13,7 @@ import logging
 import time
 
 from models import allowance
+from models.refusal import Refusal
 from models.store import now as store_now
 from notify import channels, templates, words
 from notify.channels.base import Context, DeliveryError, Message
@@ -238,15 +239,19 @@ class Notifier:
         thresholds and key_ids.  Raises ValueError on a bad template or input."""
         channel = channels.get(channel_type)
         if channel is None:
-            raise ValueError(f"channel_type must be one of: {', '.join(channels.CHANNELS)}.")
+            names = ", ".join(channels.CHANNELS)
+            raise Refusal(f"channel_type must be one of: {names}.", "field_choice",
+                          field="channel_type", choices=names)
         if event_type not in SAMPLE:
-            raise ValueError(f"event_type must be one of: {', '.join(SAMPLE)}.")
+            raise Refusal(f"event_type must be one of: {', '.join(SAMPLE)}.", "field_choice",
+                          field="event_type", choices=", ".join(SAMPLE))
         v = await self.sample_vars(event_type, user, sub)
         if channel_type == "webhook":
             cfg = {"headers": config.get("headers") or {},
                    "body_template": str(config.get("body_template") or "")}
             if not isinstance(cfg["headers"], dict):
-                raise ValueError("headers must be an object.")
+                raise Refusal("headers must be an object.", "field_not_object",
+                              field="headers")
             # Rendering is CPU work: on the template thread (notify/templates.py).
             return {"body": await templates.run(render_body, cfg, v), "variables": v}
         return {"body": f"{v['title']}\n\n{v['content']}", "variables": v}

@@ -153,7 +153,8 @@ class Subscriptions:
         channel = channels.get(ctype) if isinstance(ctype, str) else None
         if channel is None:
             raise Invalid(f"channel_type must be one of: {', '.join(channels.CHANNELS)}.",
-                          "field_choice", field="channel_type", choices=", ".join(channels.CHANNELS))
+                          "field_choice", field="channel_type",
+                          choices=", ".join(channels.CHANNELS))
         out["channel_type"] = ctype
         raw = body.get("channel_config", None)
         if raw is None:
@@ -187,6 +188,8 @@ class Subscriptions:
             for f in ("url", "webhook_url"):
                 if cfg.get(f) and self.url_check is not None:
                     self.url_check(cfg[f])
+        except Refusal as exc:  # a channel's check names its refusal
+            raise Invalid(str(exc), exc.code, **exc.values) from None
         except Exception as exc:  # ValueError, or the guard's Refused
             raise Invalid(str(exc)) from None
         out["secrets"] = {f: self.vault.encrypt(cfg.pop(f)) for f in channel.secret_fields()}

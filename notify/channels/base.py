@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.refusal import Refusal
+
 
 # Entries of an object field (a webhook's headers): more is no header set.
 MAX_OBJECT_KEYS = 50
@@ -93,17 +95,21 @@ class Channel:
             if f.kind == "object":
                 value = value or {}
                 if isinstance(value, dict) and len(value) > MAX_OBJECT_KEYS:
-                    raise ValueError(f"{f.name} takes at most {MAX_OBJECT_KEYS} entries.")
+                    raise Refusal(f"{f.name} takes at most {MAX_OBJECT_KEYS} entries.",
+                                  "list_too_long", field=f.name, max=MAX_OBJECT_KEYS)
                 if not isinstance(value, dict) or not all(
                         isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in value.items()):
-                    raise ValueError(f"{f.name} must be an object of string values.")
+                    raise Refusal(f"{f.name} must be an object of string values.",
+                                  "field_not_object", field=f.name)
                 value = {k: str(v) for k, v in value.items()}
             else:
                 value = "" if value is None else str(value).strip() if f.kind != "text" else str(value)
                 if f.choices and value and value not in f.choices:
-                    raise ValueError(f"{f.name} must be one of {', '.join(f.choices)}.")
+                    raise Refusal(f"{f.name} must be one of {', '.join(f.choices)}.",
+                                  "field_choice", field=f.name, choices=", ".join(f.choices))
             if f.required and not value:
-                raise ValueError(f"{self.label}: {f.label} is required.")
+                raise Refusal(f"{self.label}: {f.label} is required.", "field_required",
+                              field=f.name)
             out[f.name] = value
         return out
 

@@ -17,6 +17,7 @@ import hmac
 import math
 from urllib.parse import quote_plus
 
+from models.refusal import Refusal
 from notify.channels.base import Channel, Context, DeliveryError, Field, Message, check_reply
 
 VENDORS = ("dingtalk", "feishu", "wecom")
@@ -45,7 +46,8 @@ class GroupBotChannel(Channel):
     def clean(self, config: dict) -> dict:
         out = super().clean(config)
         if not out["webhook_url"].startswith(("http://", "https://")):
-            raise ValueError("The webhook URL must start with http:// or https://.")
+            raise Refusal("The webhook URL must start with http:// or https://.", "field_url",
+                          field="webhook_url")
         return out
 
     async def send(self, msg: Message, config: dict, ctx: Context) -> str:

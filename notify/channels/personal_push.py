@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from models.refusal import Refusal
 from notify.channels.base import Channel, Context, DeliveryError, Field, Message, check_reply
 
 VENDORS = ("serverchan", "wxpusher")
@@ -31,7 +32,7 @@ class PersonalPushChannel(Channel):
                              "(GET /api/notify/push/qrcode), not typed in.")
         out = super().clean(config)
         if out["vendor"] == "serverchan" and not out["send_key"]:
-            raise ValueError("ServerChan needs a SendKey.")
+            raise Refusal("ServerChan needs a SendKey.", "field_required", field="send_key")
         return out
 
     async def send(self, msg: Message, config: dict, ctx: Context) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from models.refusal import Refusal
 from notify import templates
 from notify.channels.base import Channel, Context, DeliveryError, Field, Message
 
@@ -44,7 +45,8 @@ class WebhookChannel(Channel):
     def clean(self, config: dict) -> dict:
         out = super().clean(config)
         if not out["url"].startswith(("http://", "https://")):
-            raise ValueError("The webhook URL must start with http:// or https://.")
+            raise Refusal("The webhook URL must start with http:// or https://.", "field_url",
+                          field="url")
         bad = [k for k in out["headers"] if k.lower() in RESERVED or not k.strip()
                or any(c in k + out["headers"][k] for c in "\r\n")]
         if bad:

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 from urllib.parse import urlencode
 
+from models.refusal import Refusal
 from notify.channels.base import Channel, Context, DeliveryError, Field, Message
 
 TOKEN_ERRORS = {40001, 40014, 42001}
@@ -36,7 +37,7 @@ class WecomAppChannel(Channel):
     def clean(self, config: dict) -> dict:
         out = super().clean(config)
         if out["agent_id"] and not out["agent_id"].isdigit():
-            raise ValueError("agent_id must be a number.")
+            raise Refusal("agent_id must be a number.", "field_not_whole", field="agent_id")
         return out
 
     async def _token(self, config: dict, ctx: Context, refused: str = "") -> str:

@@ -161,7 +161,8 @@ def scan() -> Found:
             if code is None:
                 continue  # the default (RUNTIME), or a fallback the handler names
             if strings_of(code) is None:
-                if not isinstance(code, ast.Name):  # a constructor passing its own on
+                # A constructor passing its own on, or a code passed on from below.
+                if not isinstance(code, ast.Name) and not passed_on(code):
                     found.problems.append(f"{where(path, node)}: an unreadable code")
                 continue
             values = value_names(node)

@@ -127,6 +127,21 @@ def test_a_notification_setting(relay, admin):
     refused(api.post("/api/subscription/", {"channel_type": "email", "user_threshold": -5,
                                             "event_types": ["user_quota_warning"]},
                      expect=None), 400, "field_units", field="user_threshold")
+    # A channel's own check names its refusal too (notify/channels).
+    refused(api.post("/api/subscription/", {"channel_type": "group_bot",
+                                            "channel_config": {"vendor": "dingtalk"},
+                                            "event_types": ["announcement"]}, expect=None),
+            400, "field_required", field="webhook_url")
+    refused(api.post("/api/subscription/", {"channel_type": "webhook",
+                                            "channel_config": {"url": "ftp://x"},
+                                            "event_types": ["announcement"]}, expect=None),
+            400, "field_url", field="url")
+    # A template's error is English from jinja: its kind is named, the text is the detail.
+    data = refused(api.post("/api/subscription/", {
+        "channel_type": "webhook", "event_types": ["announcement"],
+        "channel_config": {"url": "http://127.0.0.1:9/", "body_template": "{{ nope("}},
+        expect=None), 400, "subscription_invalid")
+    assert "template" in data["detail"]
 
 
 def test_wrong_and_weak_passwords(relay, admin):
