@@ -364,6 +364,12 @@ def test_refusals_are_shown_in_chinese(relay, data):
             f"IP 白名单最多 {netlist.MAX_ENTRIES} 条（当前 {netlist.MAX_ENTRIES + 1} 条）。"
         check_page(br, "the key form's refusal")
         br.screenshot("zh-key-refused")
+        # A field is named by its label (field.<name>), as every page's api() call does.
+        said = br.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "import('/static/js/api.js').then((m) => m.post('/api/token/', {name: 'n'.repeat(65)}))"
+            ".then(() => done('accepted'), (e) => done(e.message));")
+        assert said == "“名称”超过了 64 个字符。"
         br.get(relay.url + "/console/account")
         settle(br)
         br.type("#b-timezone", "Mars/Olympus")
