@@ -63,7 +63,7 @@ def channel_fields(handler: ApiHandler, body: dict, creating: bool) -> dict:
         unknown = [g for g in groups if g not in handler.ctx["catalog"].groups]
         if unknown:
             raise ApiError(400, f"Unknown group(s): {', '.join(unknown)}.", code="no_group",
-                           group=", ".join(unknown))
+                           group=", ".join(unknown)[:200])
         out["groups"] = groups
     for f in ("priority", "weight"):
         if f in body:
