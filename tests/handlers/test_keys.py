@@ -120,8 +120,8 @@ def test_every_key_change_applies_to_the_very_next_request(w):
     admin.put("/api/user/", {"id": api.get("/api/user/self")["data"]["id"],
                              "usable_groups": ["g2"]})
     api.put("/api/token/", {"id": t["id"], "group": "g2"})
-    r = chat(w, t["key"])  # no channel serves g2
-    assert r.status_code == 503
+    r = chat(w, t["key"])  # no channel of g2 lists the model (8825c88: 404, not 503)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
     api.put("/api/token/", {"id": t["id"], "group": "default"})
     assert chat(w, t["key"]).status_code == 200
     me = api.get("/api/user/self")["data"]
