@@ -5,6 +5,7 @@ import json
 import pytest
 import requests
 
+from console import strings
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import USER_PASSWORD, Api
@@ -63,7 +64,8 @@ def openai_err(r, status=400, param=None, contains=None):
 def envelope(r, status=400, contains=None):
     assert r.status_code == status, r.text[:500]
     doc = r.json()
-    assert doc["success"] is False and doc["data"] is None, doc
+    # The refusal is named for the console (err.<code> in its tables).
+    assert doc["success"] is False and f"err.{doc['data']['code']}" in strings.table("en"), doc
     if contains:
         assert contains.lower() in doc["message"].lower(), doc
     return doc
