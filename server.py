@@ -144,7 +144,8 @@ def build_app(config, store: Store, bus: Bus) -> RelayApplication:
                         max_streams=config.max_upstream_streams,
                         max_uploads=config.max_upstream_uploads,
                         queue_wait=config.upstream_queue_wait,
-                        ca_file=config.upstream_ca_file, h2_streams=config.upstream_h2_streams)
+                        ca_file=config.upstream_ca_file, h2_streams=config.upstream_h2_streams,
+                        connect_window=config.upstream_connect_window)
     service = RelayService(config, catalog, billing, usage_log, scheduler, upstream)
     service.compat = Compat(store, catalog, strip_ttl=config.compat_memory_days * 86400,
                             reprobe_after=config.wire_reprobe_hours * 3600)

@@ -68,6 +68,12 @@ class Settings:
     # default, 38-42 s of CPU and 482 MiB; 50: 32.5 s, 494 MiB; 34: 29 s,
     # 500 MiB; 20: 27-31 s, 512 MiB).  Below 1: libcurl's 100.
     upstream_h2_streams: int = 50
+    # Most new connections still connecting to one upstream address at once; the rest wait
+    # their turn within connect_timeout (a connection reused from the pool never waits).
+    # The window starts at 4, grows with each connection opened and halves when a connect
+    # times out, so that a burst of streams to an HTTP/1.1 upstream (a socket each) does
+    # not overflow its accept backlog.
+    upstream_connect_window: int = 64
     # A PEM file of extra CA certificates to trust for HTTPS upstreams.
     upstream_ca_file: str = ""
     # Further channels tried after a failed upstream call (0: no retry).

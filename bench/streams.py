@@ -41,6 +41,7 @@ import datetime
 import http.client
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -116,8 +117,15 @@ class _Stream(asyncio.Protocol):
             data = self.head[end + 4:]
             self.head = b""
             if self.status != 200:
-                self.finish(f"http {self.status}")
+                # The error's code (relay_overloaded, upstream_connect_timeout...)
+                # says which limit answered; its body follows the head.
+                self.head = data
+                self.code_of_error()
                 return
+        if self.status != 200:
+            self.head += data
+            self.code_of_error()
+            return
         if data and not self.ttfb:
             self.ttfb = time.monotonic() - self.t0
         tail = self.tail + data
@@ -125,6 +133,11 @@ class _Stream(asyncio.Protocol):
             self.finish(None if b"[DONE]" in tail else "no [DONE]")
             return
         self.tail = tail[-40:]
+
+    def code_of_error(self) -> None:
+        found = re.search(rb'"code"\s*:\s*"([a-z_]{1,60})"', self.head)
+        if found or len(self.head) > 4096:
+            self.finish(f"http {self.status}" + (f" {found.group(1).decode()}" if found else ""))
 
     def finish(self, error) -> None:
         if not self.done:
@@ -134,6 +147,8 @@ class _Stream(asyncio.Protocol):
                 self.fut.set_result((error, self.ttfb))
 
     def connection_lost(self, exc) -> None:
+        if not self.done and self.status and self.status != 200:
+            self.finish(f"http {self.status}")
         if not self.done:
             self.done = True
             if not self.fut.done():
@@ -231,7 +246,9 @@ class Probe:
             r = self.conn.getresponse()
             data = r.read()
             if r.status != 200 or b'"choices"' not in data:
-                self.errors[f"http {r.status}"] = self.errors.get(f"http {r.status}", 0) + 1
+                found = re.search(rb'"code"\s*:\s*"([a-z_]{1,60})"', data)
+                what = f"http {r.status}" + (f" {found.group(1).decode()}" if found else "")
+                self.errors[what] = self.errors.get(what, 0) + 1
                 return
         except (OSError, http.client.HTTPException) as exc:
             self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1

@@ -40,6 +40,7 @@ from relay.serving.process import out_of_descriptors
 from relay.upstream.cancel import Cancel
 from relay.upstream.curl_client import CurlClient
 from relay.upstream.gate import Gate, busy
+from relay.upstream.pacer import Pacer
 from relay.upstream.transfer import Transfer
 
 log = logging.getLogger("relay.upstream")
@@ -111,7 +112,8 @@ class Upstream:
     def __init__(self, connect_timeout: float = 10.0, first_byte_timeout: float = 120.0,
                  idle_timeout: float = 120.0, max_calls: int = 2000, max_streams: int = 20000,
                  max_uploads: int = 200, queue_wait: float = 10.0, ca_file: str = "",
-                 max_body_size: int = 512 * 1024 * 1024, h2_streams: int = 50):
+                 max_body_size: int = 512 * 1024 * 1024, h2_streams: int = 50,
+                 connect_window: int = 64):
         self.connect_timeout = connect_timeout
         self.first_byte_timeout = first_byte_timeout
         self.idle_timeout = idle_timeout
@@ -119,6 +121,9 @@ class Upstream:
         self.gates = {"call": Gate("call", max_calls, queue_wait),
                       "stream": Gate("stream", max_streams, queue_wait),
                       "upload": Gate("upload", max_uploads, queue_wait)}
+        # New connections are paced per upstream address (relay/upstream/pacer.py):
+        # both clients open connections to the same backlogs.
+        self.pacer = Pacer(max_window=connect_window)
         self._waiting: set[_Watch] = set()   # calls yet to see their first byte
         self._answering: set[_Watch] = set()  # calls whose answer has begun
         self._to_look: list[_Watch] = []      # what this round of silence checks has left
@@ -163,9 +168,33 @@ class Upstream:
             if isinstance(t, Response):
                 return t
             t0 = time.monotonic()
-            watch = t.watch
-            watch.started = t0
-            (self.streams if kind == "stream" else self.client).start(t)
+            t.watch.started = t0
+            errnum, message = await self._run(t, self.streams if kind == "stream" else self.client,
+                                              t0)
+        finally:
+            gate.leave()
+        try:
+            return self._response(t, errnum, message, t0)
+        finally:
+            # Break the transfer <-> watch cycle and drop the callbacks, so
+            # that a finished call is freed by reference counting: a stream
+            # left to the cyclic collector costs it a full pass at scale.
+            t.release()
+
+    async def _run(self, t: Transfer, client: CurlClient, t0: float) -> tuple[int, str]:
+        """Run the transfer; a connect that sent nothing (refused a place
+        in its address's window, or timed out connecting) waits for a
+        place and is made again, within the call's connect timeout."""
+        watch = t.watch
+        pacer = self.pacer
+        origin = t.origin = pacer.origin(t.url)
+        t.pacer = pacer
+        deadline = t0 + self.connect_timeout
+        failures = 0
+        while True:
+            t.connect_timeout = min(origin.attempt_timeout(failures),
+                                    deadline - time.monotonic())
+            client.start(t)
             watch.cancel._transfer = t
             if watch.cancel.cancelled:  # our client left while we queued
                 t.client.abort(t)
@@ -180,15 +209,25 @@ class Upstream:
                 watch.cancel._transfer = None
                 self._waiting.discard(watch)
                 self._answering.discard(watch)
-        finally:
-            gate.leave()
-        try:
-            return self._response(t, errnum, message, t0)
-        finally:
-            # Break the transfer <-> watch cycle and drop the callbacks, so
-            # that a finished call is freed by reference counting: a stream
-            # left to the cyclic collector costs it a full pass at scale.
-            t.release()
+            if t.connected or watch.reason or watch.cancel.cancelled:
+                return errnum, message
+            if errnum == _TIMEOUT:
+                failures += 1
+            elif errnum != _COULDNT_CONNECT or not t.paced:
+                return errnum, message
+            left = deadline - time.monotonic()
+            if left < 0.001:
+                return _TIMEOUT, "connect timed out"
+            if pacer.full(origin):
+                watch.reason = "crowded"
+                return _ABORTED, "too many connections waiting to open"
+            if not await pacer.wait(origin, left):
+                return _TIMEOUT, "connect timed out waiting for a place to connect"
+            t.slot = True
+            t.again()
+            if watch.cancel.cancelled:
+                t.let_go(False)
+                return _ABORTED, "cancelled"
 
     def _sweep(self) -> None:
         """Once a second: stop calls whose upstream has not begun to answer
@@ -324,6 +363,11 @@ class Upstream:
         if reason == "first_byte":
             return RelayError(504, "The upstream did not answer in time.", "upstream_error",
                               "upstream_timeout")
+        if reason == "crowded":
+            err = RelayError(503, "Too many connections to this upstream are waiting to open; "
+                                  "retry shortly.", "server_error", "relay_overloaded")
+            err.retry_after = 1
+            return err
         if reason == "idle":
             return RelayError(504, "The upstream stopped sending mid-stream.", "upstream_error",
                               "upstream_timeout")

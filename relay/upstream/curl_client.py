@@ -230,8 +230,13 @@ class CurlClient(CurlAsyncHTTPClient):
         setopt(pycurl.PROTOCOLS, _PROTOCOLS)
         setopt(pycurl.USERAGENT, USER_AGENT)
         setopt(pycurl.ACCEPT_ENCODING, "gzip,deflate")
-        setopt(pycurl.CONNECTTIMEOUT_MS, int(1000 * t.connect_timeout))
+        setopt(pycurl.CONNECTTIMEOUT_MS, max(1, int(1000 * t.connect_timeout)))
         setopt(pycurl.NOSIGNAL, 1)
+        if t.pacer is not None:
+            # New connections are paced (relay/upstream/pacer.py): one
+            # Python call for a connection opened, one for each transfer.
+            setopt(pycurl.OPENSOCKETFUNCTION, t._open)
+            setopt(pycurl.PREREQFUNCTION, t._prereq)
         if t.url[:6] == "https:":
             setopt(pycurl.PIPEWAIT, 1)
             if self.ca_file:
@@ -258,7 +263,8 @@ class CurlClient(CurlAsyncHTTPClient):
             setopt(pycurl.NOBODY, 1)
         elif method != "GET":
             setopt(pycurl.CUSTOMREQUEST, method)
-        t.header_lines = None  # libcurl has its own copy now
+        if t.pacer is None:
+            t.header_lines = None  # libcurl has its own copy now (else: once connected)
         curl.xfer = t
         self.active += 1
         self._multi.add_handle(curl)
@@ -297,6 +303,9 @@ class CurlClient(CurlAsyncHTTPClient):
         curl.xfer = None
         t.curl = None
         self.active -= 1
+        if t.slot:
+            # (error 28 before the connection was ready: the connect timed out)
+            t.let_go(timed_out=curl_error == pycurl.E_OPERATION_TIMEDOUT and not t.connected)
         self._multi.remove_handle(curl)
         if t.dirty:
             self._deliver(t)

@@ -7,9 +7,11 @@ our code inside libcurl's callback may re-enter the multi handle.
 """
 from __future__ import annotations
 
+import socket
 import time
 from typing import Callable
 
+import pycurl
 from tornado.httputil import HTTPHeaders
 
 
@@ -27,7 +29,7 @@ class Transfer:
                  "connect_timeout", "max_body", "status",
                  "raw_headers", "_headers", "final", "started", "pending", "dirty", "chunks",
                  "size", "last_data", "done", "curl", "client", "ok_status", "upload_size",
-                 "watch")
+                 "watch", "origin", "pacer", "slot", "paced", "connected", "opened")
 
     def __init__(self, method: str, url: str, header_lines: list, body: bytes | None = None):
         self.method = method
@@ -55,6 +57,16 @@ class Transfer:
         self.watch = None             # the owner's deadlines (relay/upstream/client.py)
         self.curl = None
         self.client = None
+        # Connect pacing (relay/upstream/pacer.py): the upstream address,
+        # whether this transfer holds a place in its window, was refused one
+        # (it waits, then starts again), has its connection, and when it
+        # opened a socket.
+        self.origin = None
+        self.pacer = None
+        self.slot = False
+        self.paced = False
+        self.connected = False
+        self.opened = 0.0
 
     def release(self) -> None:
         """Forget the owner's callbacks once the transfer is over."""
@@ -113,6 +125,46 @@ class Transfer:
             self.dirty = True
             self.client._dirty.append(self)
         return None
+
+    def _open(self, purpose, address):
+        """OPENSOCKETFUNCTION: libcurl opens a new connection (a pooled
+        one is reused without this).  Refused while the address's window
+        is full: libcurl then fails the transfer with "could not connect"
+        having sent nothing, and the owner waits for a place and starts it
+        again."""
+        if not self.slot:
+            if self.pacer is None or not self.pacer.take(self.origin):
+                self.paced = True
+                return pycurl.SOCKET_BAD
+            self.slot = True
+        if not self.opened:
+            self.opened = time.monotonic()
+        return socket.socket(address.family, address.socktype, address.protocol)
+
+    def _prereq(self, *_):
+        """PREREQFUNCTION: the connection is ready (new or reused), the
+        request not yet sent."""
+        self.connected = True
+        self.header_lines = None  # not started again: libcurl has its copy
+        if self.slot:
+            self.slot = False
+            self.pacer.release(self.origin, time.monotonic() - self.opened if self.opened else None)
+        return pycurl.PREREQFUNC_OK
+
+    def let_go(self, timed_out: bool) -> None:
+        """The transfer ended still holding a place in the window."""
+        if self.slot:
+            self.slot = False
+            self.pacer.release(self.origin, timed_out=timed_out)
+
+    def again(self) -> None:
+        """Ready to start once more after a connect that sent nothing."""
+        self.paced = self.connected = False
+        self.opened = 0.0
+        self.status = 0
+        self.raw_headers = []
+        self._headers = None
+        self.final = self.started = self.ok_status = False
 
     # ---- outside libcurl ----------------------------------------------------
     def begin(self) -> None:
