@@ -1,6 +1,7 @@
 // The slow OpenAI-format upstream of bench/streams.py, in Node.js.
 //
 //   node bench/slow_upstream.mjs --port P [--cert F --key F] [--chunks 15] [--interval 2]
+//                                [--backlog 4096]
 //
 // The same wire format and body controls as tests/fakes/slow_upstream.py
 // (chat completions; `fake_chunks`, `fake_delay`; `/mode/drop/` closes the
@@ -135,7 +136,9 @@ if (args.cert) {
 // Errors on one connection (a client that resets) are that connection's.
 server.on("sessionError", () => {});
 server.on("clientError", (err, socket) => socket.destroy());
-server.listen({port: PORT, host: "127.0.0.1", backlog: 4096}, () => {
+// The listen backlog: Node's default is 511, nginx's 511, uvicorn's 2048.
+const BACKLOG = Number(args.backlog ?? 4096);
+server.listen({port: PORT, host: "127.0.0.1", backlog: BACKLOG}, () => {
   console.log(`slow upstream on 127.0.0.1:${PORT}`);
 });
 process.on("SIGTERM", () => process.exit(0));

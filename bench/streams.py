@@ -2,6 +2,7 @@
 
     python bench/streams.py [--steps 1000,5000,10000] [--chunks 15] [--interval 2]
                             [--rate 400] [--probe-rate 20] [--fake node|python]
+                            [--http1] [--backlog 4096]
                             [--out results/streams.json]
 
 On 127.0.0.1 only, it starts the slow fake upstream (`node
@@ -276,6 +277,20 @@ def steal_pct(before: list[int], after: list[int]) -> float:
     return round(100 * (after[7] - before[7]) / total, 1) if total > 0 else 0.0
 
 
+def tcp_drops() -> dict:
+    """The kernel's counters of SYNs dropped at a full accept queue and of
+    SYNs resent (TcpExt, for the whole network namespace: other work on
+    the machine counts too)."""
+    try:
+        with open("/proc/net/netstat") as fh:
+            lines = [ln.split() for ln in fh if ln.startswith("TcpExt:")]
+        row = dict(zip(lines[0][1:], (int(v) for v in lines[1][1:])))
+    except (OSError, IndexError, ValueError):
+        return {}
+    return {"listen_overflows": row.get("ListenOverflows", 0),
+            "syn_resent": row.get("TCPSynRetrans", 0)}
+
+
 def open_fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -370,6 +385,8 @@ def main() -> int:
                          "on PATH) or tests/fakes/slow_upstream.py")
     ap.add_argument("--http1", action="store_true",
                     help="plain HTTP/1.1 upstream (one socket per stream) instead of HTTPS + h2")
+    ap.add_argument("--backlog", type=int, default=4096,
+                    help="the node fake's listen backlog (the kernel caps it at somaxconn)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "streams.json"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     ap.add_argument("--timeline", action="store_true",
@@ -395,7 +412,8 @@ def main() -> int:
         fake = args.fake or ("node" if shutil.which("node") else "python")
         tls = os.path.join(work, "tls")
         if fake == "node":
-            cmd = ["node", os.path.join(ROOT, "bench", "slow_upstream.mjs"), "--port", str(port)]
+            cmd = ["node", os.path.join(ROOT, "bench", "slow_upstream.mjs"), "--port", str(port),
+                   "--backlog", str(args.backlog)]
             if not args.http1:
                 cert, key_file = write_tls(tls)
                 cmd += ["--cert", cert, "--key", key_file]
@@ -420,8 +438,9 @@ def main() -> int:
         rss_idle = procs.status_kb(relay.pid, "VmRSS")
         rows = []
         for n in steps:
-            load0, stat0 = os.getloadavg()[0], cpu_times()
+            load0, stat0, drops0 = os.getloadavg()[0], cpu_times(), tcp_drops()
             r = run_step(n, args, relay, relay_url, key, BODY, upstream, direct)
+            r["tcp"] = {k: v - drops0.get(k, 0) for k, v in tcp_drops().items()}
             r["loadavg_1m"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
             r["steal_pct"] = steal_pct(stat0, cpu_times())
             after = settled(admin, uid)
@@ -436,7 +455,9 @@ def main() -> int:
                   f"({r['probe']['calls']} calls, errors {r['probe']['errors'] or 0}); direct p50 "
                   f"{r['direct_probe']['p50_ms']} ms p99 {r['direct_probe']['p99_ms']} ms; relay "
                   f"{r['relay_rss_kb'] / 1024:.0f} MiB, database {r['database_rss_kb'] / 1024:.0f}"
-                  f" MiB; fds {r['relay_fds']}; records {r['records']}/{r['records_expected']}",
+                  f" MiB; fds {r['relay_fds']}; records {r['records']}/{r['records_expected']}; "
+                  f"SYNs dropped/resent {r['tcp'].get('listen_overflows')}/"
+                  f"{r['tcp'].get('syn_resent')}",
                   flush=True)
         if args.timeline:
             for r in rows:
@@ -465,6 +486,7 @@ def main() -> int:
             "machine": dict(facts, loadavg_at_end=os.getloadavg(), open_file_limit=limit),
             "setup": {"chunks": args.chunks, "interval_s": args.interval, "rate": args.rate,
                       "probe_rate": args.probe_rate, "database": "embedded", "fake": fake,
+                      "backlog": args.backlog,
                       "upstream": "http/1.1" if args.http1 else "https, h2"},
             "relay_rss_idle_kb": rss_idle, "steps": rows}
         os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -87,6 +87,11 @@ class CurlClient(CurlAsyncHTTPClient):
         self.turn_budget = turn_budget
         self.budget_from = budget_from
         self.idle_handles = idle_handles
+        self.max_connects = max_connects
+        # Plain-HTTP addresses: how many idle connections libcurl's pool
+        # holds for each, as far as we can tell (see start()).
+        self._idle: dict[str, int] = {}
+        self._idle_total = 0
         self.ca_file = ca_file
         self._dirty: list[Transfer] = []
         self.active = 0
@@ -237,6 +242,13 @@ class CurlClient(CurlAsyncHTTPClient):
             # Python call for a connection opened, one for each transfer.
             setopt(pycurl.OPENSOCKETFUNCTION, t._open)
             setopt(pycurl.PREREQFUNCTION, t._prereq)
+            if t.url[:5] == "http:" and self._idle.get(t.origin.key, 0) <= 0:
+                # No idle connection to reuse: say so, or libcurl looks
+                # through every connection to the address for one, all busy
+                # with a stream each over HTTP/1.1: 0.7 ms a call with 4,000
+                # open, 2.7 ms with 6,000, on the loop (libcurl 8.23).
+                # (Not over HTTPS: an HTTP/2 connection takes new streams.)
+                setopt(pycurl.FRESH_CONNECT, 1)
         if t.url[:6] == "https:":
             setopt(pycurl.PIPEWAIT, 1)
             if self.ca_file:
@@ -306,12 +318,33 @@ class CurlClient(CurlAsyncHTTPClient):
         if t.slot:
             # (error 28 before the connection was ready: the connect timed out)
             t.let_go(timed_out=curl_error == pycurl.E_OPERATION_TIMEDOUT and not t.connected)
+        if (not curl_error and t.origin is not None and t.url[:5] == "http:"
+                and self.active + self._idle_total < self.max_connects
+                and (t.header("connection") or "").lower() != "close"):
+            # Its connection went back to the pool (past max_connects
+            # connections libcurl closes an idle one instead).
+            self._idle[t.origin.key] = self._idle.get(t.origin.key, 0) + 1
+            self._idle_total += 1
         self._multi.remove_handle(curl)
         if t.dirty:
             self._deliver(t)
         self._give_back(curl)
         if not t.done.done():
             t.done.set_result((curl_error or 0, curl_message or ""))
+
+    def connected(self, t: Transfer) -> None:
+        """A transfer has its connection (Transfer._prereq): a pooled one
+        if it opened no socket, and none was idle if it had to open one."""
+        key = t.origin.key
+        idle = self._idle.get(key, 0)
+        if not idle or t.url[:5] != "http:":
+            return
+        if t.opened:
+            self._idle_total -= idle  # what we thought was idle had gone
+            del self._idle[key]
+        else:
+            self._idle[key] = idle - 1
+            self._idle_total -= 1
 
     def abort(self, t: Transfer) -> None:
         """Stop a transfer now (our client left); it ends with error 42."""

@@ -146,6 +146,8 @@ class Transfer:
         request not yet sent."""
         self.connected = True
         self.header_lines = None  # not started again: libcurl has its copy
+        if self.client is not None:
+            self.client.connected(self)
         if self.slot:
             self.slot = False
             self.pacer.release(self.origin, time.monotonic() - self.opened if self.opened else None)
