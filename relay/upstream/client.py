@@ -128,6 +128,7 @@ class Upstream:
         self._answering: set[_Watch] = set()  # calls whose answer has begun
         self._to_look: list[_Watch] = []      # what this round of silence checks has left
         self._sweeper: PeriodicCallback | None = None
+        self._dialer: PeriodicCallback | None = None
         # force_instance: our pools are ours alone, whatever else in the
         # process uses AsyncHTTPClient (e.g. notification webhooks).
         # Streams have connections of their own: a plain call multiplexed
@@ -143,6 +144,8 @@ class Upstream:
     def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.stop()
+        if self._dialer is not None:
+            self._dialer.stop()
         self.client.close()
         self.streams.close()
 
@@ -190,10 +193,11 @@ class Upstream:
         origin = t.origin = pacer.origin(t.url)
         t.pacer = pacer
         deadline = t0 + self.connect_timeout
-        failures = 0
+        if self._dialer is None:
+            self._dialer = PeriodicCallback(self._look_at_dialing, 100)
+            self._dialer.start()
         while True:
-            t.connect_timeout = min(origin.attempt_timeout(failures),
-                                    deadline - time.monotonic())
+            t.connect_timeout = deadline - time.monotonic()
             client.start(t)
             watch.cancel._transfer = t
             if watch.cancel.cancelled:  # our client left while we queued
@@ -211,8 +215,8 @@ class Upstream:
                 self._answering.discard(watch)
             if t.connected or watch.reason or watch.cancel.cancelled:
                 return errnum, message
-            if errnum == _TIMEOUT:
-                failures += 1
+            if errnum == _ABORTED and t.dropped:
+                t.drops += 1
             elif errnum != _COULDNT_CONNECT or not t.paced:
                 return errnum, message
             left = deadline - time.monotonic()
@@ -228,6 +232,20 @@ class Upstream:
             if watch.cancel.cancelled:
                 t.let_go(False)
                 return _ABORTED, "cancelled"
+
+    def _look_at_dialing(self) -> None:
+        """Ten times a second: a connect whose SYN has gone unanswered for
+        far longer than connects to its address take was dropped by a full
+        accept queue; it is given up and made again at once (it sent
+        nothing), not when the kernel resends it (1 s, then 3 s, 7 s), and
+        its address's window halves.  Connects the kernel completed but the
+        loop has not got to yet are left alone."""
+        now = time.monotonic()
+        for t in list(self.pacer.dialing):
+            if (t.curl is not None and now - t.opened > t.origin.attempt_timeout(t.drops)
+                    and t.syn_unanswered()):
+                t.dropped = True
+                t.client.abort(t)
 
     def _sweep(self) -> None:
         """Once a second: stop calls whose upstream has not begun to answer

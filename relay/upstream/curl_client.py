@@ -317,7 +317,8 @@ class CurlClient(CurlAsyncHTTPClient):
         self.active -= 1
         if t.slot:
             # (error 28 before the connection was ready: the connect timed out)
-            t.let_go(timed_out=curl_error == pycurl.E_OPERATION_TIMEDOUT and not t.connected)
+            t.let_go(timed_out=t.dropped or (curl_error == pycurl.E_OPERATION_TIMEDOUT
+                                             and not t.connected))
         if (not curl_error and t.origin is not None and t.url[:5] == "http:"
                 and self.active + self._idle_total < self.max_connects
                 and (t.header("connection") or "").lower() != "close"):

@@ -68,6 +68,8 @@ class Pacer:
         self.max_window = max(1, max_window)
         self.max_waiting = max_waiting
         self.origins: dict[str, Origin] = {}
+        # Transfers connecting a socket of their own (relay/upstream/transfer.py).
+        self.dialing: set = set()
 
     def origin(self, url: str) -> Origin:
         # scheme://authority: what libcurl pools connections by.

@@ -14,6 +14,8 @@ from typing import Callable
 import pycurl
 from tornado.httputil import HTTPHeaders
 
+_SYN_SENT = 2  # tcp_info's state of a socket whose SYN has no answer yet (Linux)
+
 
 class Transfer:
     """One upstream call, its callbacks and what came back.
@@ -29,7 +31,8 @@ class Transfer:
                  "connect_timeout", "max_body", "status",
                  "raw_headers", "_headers", "final", "started", "pending", "dirty", "chunks",
                  "size", "last_data", "done", "curl", "client", "ok_status", "upload_size",
-                 "watch", "origin", "pacer", "slot", "paced", "connected", "opened")
+                 "watch", "origin", "pacer", "slot", "paced", "connected", "opened", "sock",
+                 "dropped", "drops")
 
     def __init__(self, method: str, url: str, header_lines: list, body: bytes | None = None):
         self.method = method
@@ -67,6 +70,9 @@ class Transfer:
         self.paced = False
         self.connected = False
         self.opened = 0.0
+        self.sock = None      # our copy of the socket it is connecting (libcurl has a dup)
+        self.dropped = False  # given up: its SYN went unanswered
+        self.drops = 0        # how often, for this call
 
     def release(self) -> None:
         """Forget the owner's callbacks once the transfer is over."""
@@ -139,7 +145,12 @@ class Transfer:
             self.slot = True
         if not self.opened:
             self.opened = time.monotonic()
-        return socket.socket(address.family, address.socktype, address.protocol)
+        sock = socket.socket(address.family, address.socktype, address.protocol)
+        if self.sock is not None:  # libcurl tries another address
+            self.sock.close()
+        self.sock = sock
+        self.pacer.dialing.add(self)
+        return sock
 
     def _prereq(self, *_):
         """PREREQFUNCTION: the connection is ready (new or reused), the
@@ -149,19 +160,35 @@ class Transfer:
         if self.client is not None:
             self.client.connected(self)
         if self.slot:
-            self.slot = False
+            self._hang_up()
             self.pacer.release(self.origin, time.monotonic() - self.opened if self.opened else None)
         return pycurl.PREREQFUNC_OK
 
     def let_go(self, timed_out: bool) -> None:
         """The transfer ended still holding a place in the window."""
         if self.slot:
-            self.slot = False
+            self._hang_up()
             self.pacer.release(self.origin, timed_out=timed_out)
+
+    def _hang_up(self) -> None:
+        self.slot = False
+        if self.sock is not None:
+            self.pacer.dialing.discard(self)
+            self.sock.close()
+            self.sock = None
+
+    def syn_unanswered(self) -> bool:
+        """Whether the socket being connected still waits for the upstream's
+        SYN-ACK (the kernel's view: a connect that completed but that the
+        loop has not got to yet is not one)."""
+        try:
+            return self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == _SYN_SENT
+        except (AttributeError, OSError):
+            return False
 
     def again(self) -> None:
         """Ready to start once more after a connect that sent nothing."""
-        self.paced = self.connected = False
+        self.paced = self.connected = self.dropped = False
         self.opened = 0.0
         self.status = 0
         self.raw_headers = []
