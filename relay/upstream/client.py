@@ -13,6 +13,13 @@ streams never make a plain call queue behind them.  Streams also have a
 client, and so connections, of their own, whose work takes a bounded share
 of each loop turn (STREAM_TURN).
 
+New connections are paced per upstream address (relay/upstream/pacer.py):
+a call that needs a new connection while its address's window of
+connections still connecting is full waits for a place, within its
+connect timeout; a connect whose SYN the kernel still sees unanswered long
+after connects to that address usually complete (a full accept backlog
+dropped it) is given up and made again, having sent nothing.
+
 Three deadlines, none of which costs a Python call per libcurl event:
 - the first response byte: checked once a second for all calls (504);
 - silence once the answer has begun: no byte for `idle_timeout` (504; a

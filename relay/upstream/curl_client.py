@@ -49,6 +49,12 @@ changes, and why:
   for every call, and a turn lasts milliseconds when thousands of streams
   are open.
 
+- A plain-HTTP transfer for which no idle pooled connection is known
+  (`_idle`, counted from transfers that ended on a kept-alive connection
+  and those that reused one) asks for a fresh connection: libcurl would
+  otherwise look through every connection to the address, each busy with a
+  stream, before opening one (0.7 ms a new stream with 4,000 open).
+
 `fetch()` with an HTTPRequest keeps working (handles are made on demand
 there too), so this is a drop-in for the parts of Tornado's API we use.
 """
