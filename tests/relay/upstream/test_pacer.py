@@ -141,3 +141,26 @@ def test_the_window_grows_with_connections_opened_and_halves_on_a_connect_timeou
         pacer.release(o, took=0.001)
         assert o.connecting == 0 and pacer.take(o)
     asyncio.run(go())
+
+
+def test_kept_alive_connections_are_still_reused_over_plain_http():
+    """A transfer asks libcurl for a fresh connection only when none is
+    known to be idle (relay/upstream/curl_client.py): three concurrent calls
+    open three connections, and the calls after them reuse those."""
+    async def go():
+        server, url, connections = await _upstream()
+        up = Upstream()
+        try:
+            first = await asyncio.gather(*(up.send("POST", url, {}, BODY) for _ in range(3)))
+            assert [(r.status, r.error) for r in first] == [(200, None)] * 3
+            assert len(connections) == 3
+            for _ in range(3):
+                rs = await asyncio.gather(*(up.send("POST", url, {}, BODY) for _ in range(3)))
+                assert [(r.status, r.error) for r in rs] == [(200, None)] * 3
+            for _ in range(5):
+                assert (await up.send("POST", url, {}, BODY)).status == 200
+            assert len(connections) == 3
+        finally:
+            up.close()
+            server.close()
+    asyncio.run(go())
