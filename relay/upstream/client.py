@@ -48,7 +48,7 @@ from relay.upstream.cancel import Cancel
 from relay.upstream.curl_client import CurlClient
 from relay.upstream.gate import Gate, busy
 from relay.upstream.pacer import Pacer
-from relay.upstream.transfer import Transfer
+from relay.upstream.transfer import SYN_SENT, Transfer
 
 log = logging.getLogger("relay.upstream")
 
@@ -248,11 +248,14 @@ class Upstream:
         its address's window halves.  Connects the kernel completed but the
         loop has not got to yet are left alone."""
         now = time.monotonic()
-        for t in list(self.pacer.dialing):
-            if (t.curl is not None and now - t.opened > t.origin.attempt_timeout(t.drops)
-                    and t.syn_unanswered()):
-                t.dropped = True
-                t.client.abort(t)
+        for origin in self.pacer.origins.values():
+            for t in list(origin.dialing):
+                state = t.tcp_state()
+                if state != SYN_SENT:
+                    t.if_established()
+                elif t.curl is not None and now - t.opened > origin.attempt_timeout(t.drops):
+                    t.dropped = True
+                    t.client.abort(t)
 
     def _sweep(self) -> None:
         """Once a second: stop calls whose upstream has not begun to answer

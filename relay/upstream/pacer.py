@@ -40,7 +40,7 @@ class Origin:
     """One upstream address (scheme://host:port): its window, what is
     connecting to it, and who waits to."""
 
-    __slots__ = ("key", "window", "connecting", "waiters", "took")
+    __slots__ = ("key", "window", "connecting", "waiters", "took", "dialing")
 
     def __init__(self, key: str, window: float):
         self.key = key
@@ -48,6 +48,7 @@ class Origin:
         self.connecting = 0
         self.waiters: deque = deque()
         self.took = 0.0  # moving average of a connect's seconds; 0: none seen
+        self.dialing: set = set()  # transfers connecting a socket of their own
 
     def attempt_timeout(self, failures: int) -> float:
         """Seconds for the next connect attempt of a call whose attempts
@@ -68,8 +69,6 @@ class Pacer:
         self.max_window = max(1, max_window)
         self.max_waiting = max_waiting
         self.origins: dict[str, Origin] = {}
-        # Transfers connecting a socket of their own (relay/upstream/transfer.py).
-        self.dialing: set = set()
 
     def origin(self, url: str) -> Origin:
         # scheme://authority: what libcurl pools connections by.
@@ -88,10 +87,22 @@ class Pacer:
         waiters = o.waiters
         while waiters and waiters[0].done():  # gave up waiting
             waiters.popleft()
-        if o.connecting < int(o.window) and not waiters:
+        if waiters:
+            return False
+        if o.connecting >= int(o.window) and o.dialing:
+            self.reap(o)
+        if o.connecting < int(o.window):
             o.connecting += 1
             return True
         return False
+
+    def reap(self, o: Origin) -> None:
+        """Give back the places of connects the kernel has completed that
+        libcurl has not seen complete yet: with thousands of streams the
+        loop gets to a new connection late, and the window counts what the
+        upstream's backlog sees."""
+        for t in list(o.dialing):
+            t.if_established()
 
     def full(self, o: Origin) -> bool:
         return len(o.waiters) >= self.max_waiting

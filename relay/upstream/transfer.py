@@ -14,7 +14,7 @@ from typing import Callable
 import pycurl
 from tornado.httputil import HTTPHeaders
 
-_SYN_SENT = 2  # tcp_info's state of a socket whose SYN has no answer yet (Linux)
+SYN_SENT = 2  # tcp_info's state of a socket whose SYN has no answer yet (Linux)
 
 
 class Transfer:
@@ -149,7 +149,7 @@ class Transfer:
         if self.sock is not None:  # libcurl tries another address
             self.sock.close()
         self.sock = sock
-        self.pacer.dialing.add(self)
+        self.origin.dialing.add(self)
         return sock
 
     def _prereq(self, *_):
@@ -173,18 +173,25 @@ class Transfer:
     def _hang_up(self) -> None:
         self.slot = False
         if self.sock is not None:
-            self.pacer.dialing.discard(self)
+            self.origin.dialing.discard(self)
             self.sock.close()
             self.sock = None
 
-    def syn_unanswered(self) -> bool:
-        """Whether the socket being connected still waits for the upstream's
-        SYN-ACK (the kernel's view: a connect that completed but that the
-        loop has not got to yet is not one)."""
+    def tcp_state(self) -> int:
+        """The state of the socket being connected, as the kernel sees it
+        (0 when unknown): a connect that completed but that the loop has not
+        got to yet is ESTABLISHED, one whose SYN has no answer SYN_SENT."""
         try:
-            return self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == _SYN_SENT
+            return self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
         except (AttributeError, OSError):
-            return False
+            return 0
+
+    def if_established(self) -> None:
+        """Give back the place in the window once the kernel has made the
+        connection, before libcurl gets to it."""
+        if self.slot and self.sock is not None and self.tcp_state() not in (0, SYN_SENT):
+            self._hang_up()
+            self.pacer.release(self.origin, time.monotonic() - self.opened)
 
     def again(self) -> None:
         """Ready to start once more after a connect that sent nothing."""
