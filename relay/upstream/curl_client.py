@@ -116,13 +116,23 @@ class CurlClient(CurlAsyncHTTPClient):
         self._ep = select.epoll() if _EPOLL else None
         if self._ep is not None:
             self.io_loop.add_handler(self._ep.fileno(), self._on_ready, IOLoop.READ)
+        # With a turn budget, sockets libcurl wants to write to (a connect
+        # under way, a request going out) wait in an epoll of their own,
+        # served whole each turn: in the budgeted one they queued behind
+        # thousands of streams' chunks, and a connect the kernel had made
+        # long before timed out in libcurl (524) before the loop got to it.
+        self._ep_out = select.epoll() if self._ep is not None and turn_budget else None
+        if self._ep_out is not None:
+            self.io_loop.add_handler(self._ep_out.fileno(), self._on_ready_out, IOLoop.READ)
 
     def close(self) -> None:
         self._curls = self._free_list
-        ep, self._ep = self._ep, None
-        if ep is not None:
-            self.io_loop.remove_handler(ep.fileno())
-            ep.close()
+        for name in ("_ep", "_ep_out"):
+            ep = getattr(self, name)
+            setattr(self, name, None)
+            if ep is not None:
+                self.io_loop.remove_handler(ep.fileno())
+                ep.close()
         self._wanted.clear()
         self._registered.clear()
         super().close()
@@ -145,9 +155,17 @@ class CurlClient(CurlAsyncHTTPClient):
         if wanted.get(fd) == mask:
             return
         wanted[fd] = mask
+        registered = self._registered
+        out = self._ep_out
+        if out is not None:
+            before = registered.get(fd)
+            if mask & select.EPOLLOUT:
+                ep = out
+            if before is not None and (before & select.EPOLLOUT) != (mask & select.EPOLLOUT):
+                self._let_go(fd)  # it moves to the other epoll
         # (closed by libcurl while resting: the kernel took it out then)
-        epoll_set(ep, fd, mask, fd in self._registered)
-        self._registered[fd] = mask
+        epoll_set(ep, fd, mask, fd in registered)
+        registered[fd] = mask
 
     def _on_ready(self, fd: int, events: int) -> None:
         # At most _BATCH sockets (or turn_budget seconds) a turn: what is
@@ -204,11 +222,17 @@ class CurlClient(CurlAsyncHTTPClient):
                 return
 
     def _let_go(self, fd: int) -> None:
-        self._registered.pop(fd, None)
+        mask = self._registered.pop(fd, 0)
         try:
-            self._ep.unregister(fd)
+            (self._ep_out if mask & select.EPOLLOUT and self._ep_out is not None
+             else self._ep).unregister(fd)
         except OSError:
             pass
+
+    def _on_ready_out(self, fd: int, events: int) -> None:
+        for fd, mask in self._ep_out.poll(0, _BATCH):
+            self._serve(fd, mask)
+        self._finish_pending_requests()
 
     # ---- handles made on demand, idle ones freed -----------------------------
     def _take(self) -> pycurl.Curl:
