@@ -43,17 +43,18 @@ from tornado.httputil import HTTPHeaders
 from tornado.ioloop import PeriodicCallback
 
 from relay.errors import RelayError
-from relay.serving.process import out_of_descriptors
 from relay.upstream.cancel import Cancel
 from relay.upstream.curl_client import CurlClient
+from relay.upstream.failures import ABORTED as _ABORTED
+from relay.upstream.failures import COULDNT_CONNECT as _COULDNT_CONNECT
+from relay.upstream.failures import TIMEOUT as _TIMEOUT
+from relay.upstream.failures import map_error, map_reason
 from relay.upstream.gate import Gate, busy
 from relay.upstream.pacer import Pacer
 from relay.upstream.transfer import SYN_SENT, Transfer
 
 log = logging.getLogger("relay.upstream")
 
-# libcurl error codes we tell apart
-_COULDNT_RESOLVE, _COULDNT_CONNECT, _OUT_OF_MEMORY, _TIMEOUT, _ABORTED = 6, 7, 27, 28, 42
 # Seconds of each loop turn the streams' sockets may take (chunks read,
 # rewritten and written to their clients); what is left waits for the next
 # turn, in the kernel's buffers, after new requests and plain calls.
@@ -329,11 +330,11 @@ class Upstream:
         first = (t.last_data - t0) if t.last_data else 0.0
         if watch.reason or errnum == _ABORTED and cancel.cancelled:
             return Response(status, None, b"", streamed=t.started, source=t,
-                            error=self._map_reason(watch.reason or "cancelled"),
+                            error=map_reason(watch.reason or "cancelled"),
                             broken=t.started)
         if errnum:
             return Response(status, None, b"".join(t.chunks)[:1024 * 1024],
-                            streamed=t.started, source=t, error=self._map_error(errnum, message, status),
+                            streamed=t.started, source=t, error=map_error(errnum, message, status),
                             broken=t.started)
         body = b"".join(t.chunks)
         if status >= 400:
@@ -385,40 +386,3 @@ class Upstream:
         producer.start(wake)
         t.upload_size = producer.length if producer.length is not None else -1
         return read
-
-    @staticmethod
-    def _map_reason(reason: str) -> RelayError:
-        if reason == "first_byte":
-            return RelayError(504, "The upstream did not answer in time.", "upstream_error",
-                              "upstream_timeout")
-        if reason == "crowded":
-            err = RelayError(503, "Too many connections to this upstream are waiting to open; "
-                                  "retry shortly.", "server_error", "relay_overloaded")
-            err.retry_after = 1
-            return err
-        if reason == "idle":
-            return RelayError(504, "The upstream stopped sending mid-stream.", "upstream_error",
-                              "upstream_timeout")
-        return RelayError(499, "The client closed the request.", "client_closed", "client_closed")
-
-    @staticmethod
-    def _map_error(code: int, msg: str, status: int) -> RelayError:
-        low = msg.lower()
-        if code == _TIMEOUT:
-            if "connect" in low or not status:
-                return RelayError(524, "Connecting to the upstream timed out.", "upstream_error",
-                                  "upstream_connect_timeout")
-            return RelayError(504, "The upstream did not answer in time.", "upstream_error",
-                              "upstream_timeout")
-        if code in (_COULDNT_CONNECT, _COULDNT_RESOLVE, _OUT_OF_MEMORY) and out_of_descriptors():
-            # libcurl says "could not connect" (or "out of memory") when it
-            # could not even open a socket: our limit, not the upstream's.
-            err = RelayError(503, "The relay has no file descriptor left for another upstream "
-                                  "connection; retry shortly.", "server_error", "relay_overloaded")
-            err.retry_after = 1
-            return err
-        if code in (_COULDNT_CONNECT, _COULDNT_RESOLVE):
-            return RelayError(502, "Could not connect to the upstream.", "upstream_error",
-                              "upstream_unreachable")
-        return RelayError(502, f"The upstream connection failed: {msg[:200]}", "upstream_error",
-                          "bad_upstream")

@@ -229,7 +229,7 @@ class CurlClient(CurlAsyncHTTPClient):
         except OSError:
             pass
 
-    def _on_ready_out(self, fd: int, events: int) -> None:
+    def _on_ready_out(self, _fd: int, _events: int) -> None:
         for fd, mask in self._ep_out.poll(0, _BATCH):
             self._serve(fd, mask)
         self._finish_pending_requests()

@@ -55,7 +55,7 @@ class SlowAcceptor:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "SlowAcceptor":
+    def start(self) -> SlowAcceptor:
         self._thread.start()
         return self
 
