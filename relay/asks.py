@@ -8,6 +8,7 @@ import re
 
 from relay.adaptors.base import Call
 from relay.bounds import CHAT_LIKE
+from relay.convert.anthropic_request import effort_of
 
 # Service tiers billed apart from the standard one (OpenAI's; "auto" and
 # "default" are the standard tier).
@@ -25,8 +26,11 @@ def hides_reasoning(call: Call) -> bool:
         return True
     native = call.native_body if isinstance(call.native_body, dict) else {}
     thinking = native.get("thinking")
-    return (isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")) or \
-        bool(call.body.get("reasoning_effort")) or isinstance(native.get("reasoning"), dict)
+    if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"):
+        return True
+    if call.face == "anthropic":  # read natively: its canonical body may not be made
+        return effort_of(native) is not None
+    return bool(call.body.get("reasoning_effort")) or isinstance(native.get("reasoning"), dict)
 
 
 def requested_tier(call: Call) -> str:

@@ -20,7 +20,9 @@ bound say so in call.extra: "reserve_output" (legacy completions: max_tokens
 x max(n, best_of) x prompts) and "units" (images, characters, seconds).
 
 Cost: the size of the body is its length; only the list contents of the
-canonical messages (images, files) are looked into.
+canonical messages (images, files) are looked into, or what the face noted
+from its native body (call.extra "references", "output_asked"), so that a
+call passed through is never converted to be bounded.
 """
 from __future__ import annotations
 
@@ -93,10 +95,15 @@ def prompt_bound(call, channel, tools=None) -> int:
     raw = body_bytes(call)
     n = len(raw) if raw else _json_size(call)
     if call.endpoint in CHAT_LIKE:
-        body = call.body
-        n += REFERENCE_TOKENS * (references(body.get("messages"))
-                                 + int(call.extra.get("native_references") or 0))
-        if body.get("tools") or (call.native_body or {}).get("tools"):
+        # A face whose canonical body is made only when read (Call.canonical)
+        # counts the references on its native body itself.
+        refs = call.extra.get("references")
+        if refs is None:
+            refs = references(call.body.get("messages")) + int(
+                call.extra.get("native_references") or 0)
+        n += REFERENCE_TOKENS * refs
+        native = call.native_body
+        if (native if isinstance(native, dict) else call.body).get("tools"):
             n += TOOLS_TOKENS
     # A conversation continued from a response the upstream keeps.
     n += int(call.extra.get("context_tokens") or 0)
@@ -190,8 +197,11 @@ def context_window(call, channel) -> int:
 
 def output_bound(call, channel, default: int) -> int:
     """Output tokens the call can be billed at most (chat-like calls)."""
-    b = call.body
-    asked = b.get("max_completion_tokens") or b.get("max_tokens")
+    if "output_asked" in call.extra:  # noted from the native body by its face
+        asked, n = call.extra["output_asked"], 1
+    else:
+        b = call.body
+        asked, n = b.get("max_completion_tokens") or b.get("max_tokens"), choices(b)
     _, limit = price_catalogue.limits(channel.type, channel.upstream_model(call.model))
     if channel.type == "anthropic" and not asked:
         # Anthropic requires one: the adaptor sends the channel's default.
@@ -202,7 +212,7 @@ def output_bound(call, channel, default: int) -> int:
         out = limit or default
     if limit:
         out = min(out, limit)  # more is refused upstream, and refused calls cost nothing
-    return out * choices(b)
+    return out * n
 
 
 def choices(body: dict) -> int:

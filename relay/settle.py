@@ -33,8 +33,10 @@ class Settling:
             usage = await tokenizer.off_loop(long, self._estimate_usage, call, out)
         if usage is not None and call.extra.get("units") and not usage.units:
             usage = replace(usage, units=int(call.extra["units"]))
+        # Noted by the OpenAI face: a stream's body is shelved by now (read
+        # again, it would be parsed again).
         if usage is not None and not usage.web_search_calls and call.endpoint == "chat" and \
-                isinstance(call.body.get("web_search_options"), dict) and \
+                call.extra.get("web_search_options") and \
                 getattr(out.channel, "type", "") in ("openai", "azure"):
             usage = replace(usage, web_search_calls=1)  # a search model's one search
         cost = saved = unread = 0

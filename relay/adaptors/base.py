@@ -44,9 +44,21 @@ class Call:
     client_wants_usage: bool = False
     upstream_model: str = ""  # set per attempt from the channel's model_mapping
     extra: dict = field(default_factory=dict)
-    # raw -> (body, native_body), from a face whose two are a pure function
-    # of the client's bytes; what lets a stream shelve them (below).
+    # raw -> native_body, from a face whose native body is a pure function
+    # of the client's bytes; what lets a stream shelve it (below).
     derive: Any = field(default=None, repr=False, compare=False)
+    # native_body -> body: the face's conversion to the canonical shape, run
+    # the first time something reads call.body (a face passes body=None).
+    # A call whose channel speaks the client's format is sent as the client's
+    # bytes and billed from the native body (relay/bounds.py reads what the
+    # face noted in extra), so nothing reads it: converting a coding agent's
+    # 100 KB body for nothing was a tenth of the call.  A body that cannot be
+    # converted raises the conversion's RelayError(400) where it is read.
+    canonical: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.body is None and self.canonical is not None:
+            del self.__dict__["body"]
 
     def shelve(self) -> None:
         """Drop the parsed bodies for the rest of a stream that has begun (no
@@ -60,10 +72,16 @@ class Call:
             self.__dict__.pop("native_body", None)
 
     def __getattr__(self, name: str):
-        # Reached only for attributes not set: the two that shelve() dropped.
-        if name in ("body", "native_body") and self.__dict__.get("derive") is not None:
-            self.body, self.native_body = self.derive(self.raw)
-            return self.__dict__[name]
+        # Reached only for attributes not set: the bodies shelve() dropped,
+        # and a canonical body not made yet.
+        d = self.__dict__
+        if name == "native_body" and d.get("derive") is not None:
+            self.native_body = d["derive"](d["raw"])
+            return self.native_body
+        if name == "body" and (d.get("derive") is not None or d.get("canonical") is not None):
+            native = self.native_body
+            self.body = d["canonical"](native) if d.get("canonical") is not None else native
+            return self.body
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 

@@ -42,19 +42,32 @@ def _fail(field: str, message: str, code: str = "invalid_request") -> None:
     raise bad_request(f"{field}: {message}", code, field.split(".")[0])
 
 
-def _check_block(path: str, block: Any) -> None:
+def _block_problem(block: Any) -> tuple[str, str] | None:
+    """(where under the block, what) of a block the conversion cannot read,
+    or None.  The path is only written for a block that fails: an agent's
+    body has hundreds of blocks, and formatting a path for each was most of
+    validating it."""
     if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-        _fail(path, "must be an object with a string 'type'.", "invalid_content")
+        return "", "must be an object with a string 'type'."
     for name, kind in _BLOCK_FIELDS.get(block["type"], ()):
         if not isinstance(block.get(name), kind):
-            _fail(f"{path}.{name}", f"Field required ({_TYPE_NAMES[kind]}).", "invalid_content")
+            return f".{name}", f"Field required ({_TYPE_NAMES[kind]})."
     inner = block.get("content")
     if block["type"] == "tool_result" and inner is not None:
         if isinstance(inner, list):
             for k, b in enumerate(inner):
-                _check_block(f"{path}.content.{k}", b)
+                found = _block_problem(b)
+                if found is not None:
+                    return f".content.{k}{found[0]}", found[1]
         elif not isinstance(inner, str):
-            _fail(f"{path}.content", "must be a string or an array of blocks.", "invalid_content")
+            return ".content", "must be a string or an array of blocks."
+    return None
+
+
+def _check_block(path: str, block: Any) -> None:
+    found = _block_problem(block)
+    if found is not None:
+        _fail(path + found[0], found[1], "invalid_content")
 
 
 def _check_content(path: str, content: Any) -> None:
@@ -63,7 +76,9 @@ def _check_content(path: str, content: Any) -> None:
     if not isinstance(content, list):
         _fail(path, "must be a string or an array of blocks.", "invalid_content")
     for j, block in enumerate(content):
-        _check_block(f"{path}.{j}", block)
+        found = _block_problem(block)
+        if found is not None:
+            _fail(f"{path}.{j}{found[0]}", found[1], "invalid_content")
 
 
 def validate(doc: dict) -> None:
@@ -87,7 +102,9 @@ def validate(doc: dict) -> None:
                 _fail(f"messages.{i}.content", "Field required (or an output_config).",
                       "invalid_content")
             continue
-        _check_content(f"messages.{i}.content", m.get("content"))
+        content = m.get("content")
+        if not isinstance(content, str):
+            _check_content(f"messages.{i}.content", content)
     system = doc.get("system")
     if system is not None and not isinstance(system, str):
         if not isinstance(system, list):

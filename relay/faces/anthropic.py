@@ -28,30 +28,54 @@ def _client_query(query: str) -> str:
     return redact.strip_credentials(query)
 
 
-def _call(request_id: str, raw: bytes, doc: dict, headers, query: str) -> Call:
-    body = converted(conv.request_to_openai, doc)
+def _call(request_id: str, raw: bytes, doc: dict, headers, query: str,
+          body: dict | None = None) -> Call:
+    """The Call for a Messages body; its canonical (OpenAI-shaped) body is
+    made only if something reads it (Call.canonical): an Anthropic channel
+    is sent the client's bytes.  What the reservation reads is noted here
+    from the native body instead (relay/bounds.py)."""
     call = Call(request_id=request_id, endpoint="chat", face=FAMILY, model=doc["model"],
-                body=body, raw=raw, native_body=doc, stream=bool(doc.get("stream")))
+                body=body, raw=raw, native_body=doc, stream=bool(doc.get("stream")),
+                canonical=None if body is not None else _canonical)
     # Passed on untouched to an Anthropic channel; dropped for any other.
     for name in ("anthropic-version", "anthropic-beta"):
         if headers and headers.get(name):
             call.extra[name.replace("-", "_")] = headers.get(name)
     call.extra["anthropic_query"] = _client_query(query)
-    call.extra["native_references"] = _unconverted_references(doc.get("messages"))
+    call.extra["references"] = references(doc.get("messages"))
+    call.extra["output_asked"] = doc.get("max_tokens")
     return call
 
 
-def _unconverted_references(messages) -> int:
-    """Images and documents given by file id, and documents by URL: the
-    canonical body does not carry them as references (relay/bounds.py)."""
+def _canonical(doc: dict) -> dict:
+    return converted(conv.request_to_openai, doc)
+
+
+def references(messages) -> int:
+    """Images and documents the upstream fetches by reference (a URL, a file
+    id), wherever a block may hold them (a tool result, a document's own
+    content): their size is not in the body (relay/bounds.py).  Counted on
+    the native body, as its conversion may not be made; assistant turns are
+    counted too, which only errs on the safe side."""
     n = 0
-    for msg in messages if isinstance(messages, list) else ():
-        content = msg.get("content") if isinstance(msg, dict) else None
-        for block in content if isinstance(content, list) else ():
-            if isinstance(block, dict) and block.get("type") in ("image", "document"):
+    todo = [msg.get("content") for msg in messages if isinstance(msg, dict)] \
+        if isinstance(messages, list) else []
+    while todo:
+        content = todo.pop()
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "tool_result":
+                todo.append(block.get("content"))
+            elif kind in ("image", "document"):
                 src = block.get("source")
-                kind = src.get("type") if isinstance(src, dict) else None
-                n += kind == "file" or (kind == "url" and block["type"] == "document")
+                via = src.get("type") if isinstance(src, dict) else None
+                n += via in ("file", "url")
+                if via == "content":
+                    todo.append(src.get("content"))
     return n
 
 
@@ -62,13 +86,8 @@ def parse_messages(request_id: str, raw: bytes, headers=None, query: str = "") -
     require_model(doc)
     conv.validate(doc)
     call = _call(request_id, jsonin.passed_on(raw, doc), doc, headers, query)
-    call.derive = _both
+    call.derive = load_json
     return call
-
-
-def _both(raw: bytes) -> tuple[dict, dict]:
-    doc = load_json(raw)
-    return converted(conv.request_to_openai, doc), doc
 
 
 def parse_count_tokens(request_id: str, raw: bytes, headers=None, query: str = "") -> Call:
@@ -77,10 +96,8 @@ def parse_count_tokens(request_id: str, raw: bytes, headers=None, query: str = "
     doc = load_json(raw)
     require_model(doc)
     conv.validate(dict(doc, max_tokens=1))
-    call = _call(request_id, jsonin.passed_on(raw, doc), dict(doc, max_tokens=1), headers,
-                 query)
-    call.native_body = doc
-    return call
+    return _call(request_id, jsonin.passed_on(raw, doc), doc, headers, query,
+                 body=converted(conv.request_to_openai, dict(doc, max_tokens=1)))
 
 
 def estimate_tokens(call: Call) -> int:

@@ -47,14 +47,12 @@ def parse_chat(request_id: str, raw: bytes) -> Call:
     if not isinstance(options, dict):
         raise bad_request("'stream_options' must be an object.", "invalid_type", "stream_options")
     wants_usage = stream and bool(options.get("include_usage"))
-    return Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=doc,
+    call = Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=doc,
                 raw=raw, native_body=doc, stream=stream, client_wants_usage=wants_usage,
-                derive=_same_twice)
-
-
-def _same_twice(raw: bytes) -> tuple[dict, dict]:
-    doc = load_json(raw)
-    return doc, doc
+                derive=load_json)
+    if isinstance(doc.get("web_search_options"), dict):  # settled as one search (relay/settle.py)
+        call.extra["web_search_options"] = True
+    return call
 
 
 def parse_embeddings(request_id: str, raw: bytes) -> Call:

@@ -305,10 +305,13 @@ def test_malformed_blocks_are_400_not_500():
     with pytest.raises(RelayError) as ei:
         aface.parse_messages("r", bad)
     assert ei.value.status == 400 and "messages.0.content.0.source" in ei.value.message
-    # A shape the validator does not look into is still the caller's 400.
+    # A shape the validator does not look into is still the caller's 400,
+    # where the conversion is made: when a channel of another format reads
+    # the canonical body (an Anthropic channel is sent the bytes as they are).
     bad = json.dumps({"model": "m", "max_tokens": 5, "messages": [
         {"role": "user", "content": [{"type": "document",
                                       "source": {"type": "content", "content": 5}}]}]}).encode()
+    call = aface.parse_messages("r", bad)
     with pytest.raises(RelayError) as ei:
-        aface.parse_messages("r", bad)
+        call.body
     assert ei.value.status == 400 and "malformed" in ei.value.message

@@ -370,3 +370,22 @@ def test_client_gone_mid_stream_is_billed_for_what_streamed(env):
     while not env.anthropic.requests[-1].get("aborted"):
         assert time.monotonic() < deadline, "the upstream call was not cancelled"
         time.sleep(0.1)
+
+
+def test_a_body_the_conversion_cannot_read(env):
+    """A block shape the validator does not look into: a 400 in Anthropic's
+    body, before anything is reserved, from a channel the call is converted
+    for; an Anthropic channel is sent the bytes (its upstream judges them)."""
+    tok = env.token()
+    body = {"max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "content", "content": 5}}]}]}
+    r = requests.post(env.relay.url + "/v1/messages", json=dict(body, model="openai-model"),
+                      headers={"x-api-key": tok["key"]}, timeout=30)
+    assert r.status_code == 400 and r.json()["type"] == "error", r.text
+    assert "malformed" in r.json()["error"]["message"]
+    assert env.logs(tok["id"], 0) == []
+    n0 = len(env.anthropic.requests)
+    r = requests.post(env.relay.url + "/v1/messages", json=dict(body, model="anthropic-model"),
+                      headers={"x-api-key": tok["key"]}, timeout=30)
+    assert len(env.anthropic.requests) == n0 + 1
+    assert last(env.anthropic)["body"]["messages"] == body["messages"]

@@ -110,6 +110,19 @@ def test_anthropic_web_searches_are_billed_per_call(setup, admin):
         assert t.spent_since(before) == usd_units(tokens / 1_000_000 + each * 3)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chat_search_call_is_billed_one_search(setup, admin, stream):
+    """web_search_options on chat completions: the search model's one
+    search, streamed too (where the body is shelved by settle time)."""
+    t = Tenant(admin, setup.url)
+    r = chat(setup, t.key, model="gpt-5-mine", stream=stream, web_search_options={})
+    assert r.status_code == 200, r.text
+    assert t.logs(1)[0]["web_search_calls"] == 1
+    r = chat(setup, t.key, model="gpt-5-mine", stream=stream)
+    assert r.status_code == 200, r.text
+    assert t.logs(2)[0]["web_search_calls"] == 0
+
+
 def test_responses_output_items_count_hosted_tool_calls():
     resp = {"usage": {"input_tokens": 10, "output_tokens": 5}, "service_tier": "priority",
             "output": [{"type": "web_search_call", "id": "ws1"},

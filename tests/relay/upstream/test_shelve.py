@@ -132,3 +132,62 @@ def test_a_streamed_call_is_shelved_once_started_and_never_parsed_again():
     assert "body" not in call.__dict__  # shelved
     assert parsed == []  # and nothing on the way read it back
 
+
+
+def _anthropic_sse() -> bytes:
+    events = [("message_start", {"type": "message_start", "message": {
+                  "id": "msg_1", "type": "message", "role": "assistant", "model":
+                  "claude-sonnet-4-5", "content": [], "stop_reason": None,
+                  "usage": {"input_tokens": 9, "output_tokens": 1}}}),
+              ("content_block_start", {"type": "content_block_start", "index": 0,
+                                       "content_block": {"type": "text", "text": ""}}),
+              ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                       "delta": {"type": "text_delta", "text": "hello there"}}),
+              ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+              ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                 "usage": {"output_tokens": 2}}),
+              ("message_stop", {"type": "message_stop"})]
+    return b"".join(f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in events)
+
+
+def test_a_messages_call_passed_through_is_never_converted():
+    """Bounded, sent and streamed to an Anthropic channel, a Messages call's
+    canonical (OpenAI-shaped) body is never made, nor its bytes parsed
+    again: both only when something reads call.body."""
+    from decimal import Decimal
+
+    from relay import bounds
+    from relay.asks import hides_reasoning
+    from models.records import Price
+    doc = dict(MESSAGES, thinking={"type": "disabled"},
+               messages=[{"role": "user", "content": [
+                   {"type": "image", "source": {"type": "url", "url": "https://x/a.png"}},
+                   {"type": "tool_result", "tool_use_id": "t", "content": [
+                       {"type": "image", "source": {"type": "file", "file_id": "f"}}]}]}])
+    call = anthropic_face.parse_messages("req_7", _raw(doc))
+    parsed, converted = [], []
+    derive, canonical = call.derive, call.canonical
+    call.derive = lambda raw: parsed.append(1) or derive(raw)
+    call.canonical = lambda native: converted.append(1) or canonical(native)
+    channel = Channel(id=1, name="c", type="anthropic", base_url="http://127.0.0.1:9", key="k",
+                      models=("claude-sonnet-4-5",), groups=("default",), priority=0, weight=1,
+                      model_mapping={})
+    call.upstream_model = call.model
+    price = Price(model="claude-sonnet-4-5", group="default", input_price=Decimal(3),
+                  output_price=Decimal(15))
+    worst = bounds.worst_case(call, channel, price, Decimal(1), False, 4096)
+    assert bounds.prompt_bound(call, channel) == len(call.raw) + 2 * bounds.REFERENCE_TOKENS + \
+        bounds.TOOLS_TOKENS
+    assert bounds.output_bound(call, channel, 4096) == 100
+    assert worst > 0 and not hides_reasoning(call)
+    sink = _Sink()
+    out = asyncio.run(attempts.attempt_stream(_Upstream(_anthropic_sse()), call, channel,
+                                              registry.adaptor_for("anthropic"), sink,
+                                              anthropic_face, Cancel()))
+    assert out.error is None and out.usage.prompt_tokens == 9
+    assert b"hello there" in b"".join(sink.data)
+    assert parsed == [] and converted == []
+    # Read at last, it is made from the bytes, as the face would have made it.
+    assert {"type": "image_url", "image_url": {"url": "https://x/a.png"}} in \
+        call.body["messages"][-1]["content"]
+    assert parsed == [1] and converted == [1]
