@@ -14,8 +14,10 @@ What it refuses, each with a BadInput naming the field:
   the BSON encoder, which refuses 100 levels) ever meets a RecursionError.
 
 Cost on the hot path: orjson's strict decode, two byte counts and three
-regex scans, all in C, and for a body of more than 64 brackets (a coding
-agent's) a walk of its containers, level by level; the walk over every
+regex scans, all in C, and for the depth either a walk of the containers,
+level by level (a short body), or orjson's indented encoding of the
+document, searched for a line indented that deep (a coding agent's body,
+with 500 and more containers: a fifth of the walk's cost); the walk over every
 value, which names the field, runs only when one of them says it will find
 something (deep nesting, a surrogate escape, a refused number).
 """
@@ -93,21 +95,50 @@ def _float(text: str):
 
 def parse(raw: bytes | str, what: str = "The request body", max_depth: int = MAX_DEPTH) -> Any:
     """JSON text -> value, or BadInput saying what is wrong and where."""
-    if orjson is not None and isinstance(raw, bytes):
+    doc = _fast(raw, max_depth)
+    return doc if doc is not _SLOW else _slow(raw, what, max_depth)
+
+
+# Bodies longer than this are checked for depth on their indented encoding
+# (below); a short one's containers are walked, which costs less than that.
+_WALK_BELOW = 4096
+_SLOW = object()
+
+
+def _fast(raw, max_depth: int):
+    """orjson's document, or _SLOW when the json module must read the body:
+    orjson refused it (the slow path says what is wrong, and where), it
+    nests too deep, or it may hold an integer past 64 bits, which orjson
+    reads as a float (where a run of 19 digits may be one, the document's
+    numbers are looked at)."""
+    if orjson is None or not isinstance(raw, bytes):
+        return _SLOW
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _SLOW
+    pretty = None
+    if len(raw) >= _WALK_BELOW:
+        # Indented two spaces a level, an element of a container at level
+        # max_depth (the document is level 1) starts a line with 2 x
+        # max_depth spaces (newlines in strings are escaped): without one,
+        # nothing is nested deeper.  One C pass where the walk of an agent's
+        # 500 and more containers took several times orjson's parse.
         try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass  # the slow path says what is wrong, and where (infinity too)
-        else:
-            # Kept unless it nests too deep (its containers walked, level by
-            # level: agents' bodies have 500 and more brackets) or may hold
-            # an integer past 64 bits, which orjson reads as a float: where a
-            # run of 19 digits may be one, its numbers are looked at.
-            if _within(doc, max_depth):
-                shape = raw.translate(_SHAPES)
-                if not (_long_int(shape) and _long_int_token(raw, shape)
-                        and not _numbers_exact(doc)):
-                    return doc
+            pretty = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+        except TypeError:  # what orjson will not write (it nests past its own limit)
+            pretty = None
+    deep_line = b"\n" + b" " * (2 * max_depth)
+    if (pretty is None or deep_line in pretty) and not _within(doc, max_depth):
+        return _SLOW
+    shape = raw.translate(_SHAPES)
+    if _long_int(shape) and _long_int_token(raw, shape) and not _numbers_exact(doc):
+        return _SLOW
+    return doc
+
+
+def _slow(raw: bytes | str, what: str, max_depth: int) -> Any:
+    """The json module's parse, which names what it refuses."""
     if isinstance(raw, str):
         text = raw
     else:

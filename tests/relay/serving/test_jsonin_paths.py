@@ -134,20 +134,23 @@ def test_a_run_of_300_digits_is_a_big_float():
     assert jsonin._big_float(shape) and not jsonin._big_float(shape[:299])
 
 
-@pytest.mark.parametrize("depth", [1, 2, 62, 63, 64, 65, 66, 100])
+@pytest.mark.parametrize("depth", [1, 2, 62, 63, 64, 65, 66, 100, 300])
 @pytest.mark.parametrize("shape", ["list", "dict", "mixed"])
-def test_many_brackets_at_and_past_the_depth_limit(depth, shape):
+@pytest.mark.parametrize("inner", [0, [], {}])
+@pytest.mark.parametrize("pad", [0, 8000])
+def test_many_brackets_at_and_past_the_depth_limit(depth, shape, inner, pad):
     """An agent's body has hundreds of brackets, so the bracket count cannot
-    settle it: orjson's document is walked for its depth, and kept only if
-    the walk agrees with the json path (the same document, or the same
-    refusal naming the same field)."""
+    settle it: orjson's document is checked for its depth (walked, or for a
+    long body read off its indented encoding), and kept only if that agrees
+    with the json path (the same document, or the same refusal naming the
+    same field).  An empty container at the bottom is a level too."""
     def nest(d):
-        v = 0
+        v = inner
         for i in range(d - 1):  # the top object below is level 1
             v = [v] if shape == "list" or (shape == "mixed" and i % 2) else {"k": v}
         return v
     doc = {"tools": [{"type": "function", "parameters": {}} for _ in range(80)],
-           "deep": nest(depth)}
+           "deep": nest(depth - (inner != 0)), "pad": "x\n" * pad}
     raw = json.dumps(doc).encode()
     assert raw.count(b"[") + raw.count(b"{") > jsonin.MAX_DEPTH
     fast, slow = _fast(raw), _slow(raw)
