@@ -9,6 +9,7 @@ import re
 from relay.adaptors.base import Call
 from relay.bounds import CHAT_LIKE
 from relay.convert.anthropic_request import effort_of
+from relay.convert.gemini_config import effort_from_thinking
 
 # Service tiers billed apart from the standard one (OpenAI's; "auto" and
 # "default" are the standard tier).
@@ -28,8 +29,13 @@ def hides_reasoning(call: Call) -> bool:
     thinking = native.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"):
         return True
-    if call.face == "anthropic":  # read natively: its canonical body may not be made
+    # Read natively where the canonical body may not be made (Call.canonical).
+    if call.face == "anthropic":
         return effort_of(native) is not None
+    if call.face == "gemini":
+        cfg = native.get("generationConfig") or native.get("generation_config")
+        return isinstance(cfg, dict) and effort_from_thinking(
+            cfg.get("thinkingConfig") or cfg.get("thinking_config")) is not None
     return bool(call.body.get("reasoning_effort")) or isinstance(native.get("reasoning"), dict)
 
 

@@ -149,7 +149,7 @@ def hosted_tools(call) -> list[tuple[int, str]]:
     elif call.face == "gemini":
         if any(isinstance(t, dict) and ({"googleSearch", "google_search", "googleSearchRetrieval",
                                          "google_search_retrieval"} & set(t)) for t in tools):
-            out.append((RESERVED_TOOL_CALLS * choices(call.body), "web_search_price"))
+            out.append((RESERVED_TOOL_CALLS * asked_choices(call), "web_search_price"))
     return out
 
 
@@ -198,7 +198,7 @@ def context_window(call, channel) -> int:
 def output_bound(call, channel, default: int) -> int:
     """Output tokens the call can be billed at most (chat-like calls)."""
     if "output_asked" in call.extra:  # noted from the native body by its face
-        asked, n = call.extra["output_asked"], 1
+        asked, n = call.extra["output_asked"], asked_choices(call)
     else:
         b = call.body
         asked, n = b.get("max_completion_tokens") or b.get("max_tokens"), choices(b)
@@ -213,6 +213,14 @@ def output_bound(call, channel, default: int) -> int:
     if limit:
         out = min(out, limit)  # more is refused upstream, and refused calls cost nothing
     return out * n
+
+
+def asked_choices(call) -> int:
+    """choices() of a chat call, from what its face noted when it defers
+    the canonical body (Call.canonical)."""
+    if "output_asked" in call.extra:
+        return choices({"n": call.extra.get("choices_asked")})
+    return choices(call.body)
 
 
 def choices(body: dict) -> int:

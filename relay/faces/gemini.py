@@ -7,6 +7,7 @@ written element by element (what the legacy REST transport reads).
 """
 from __future__ import annotations
 
+import functools
 import json
 
 from relay.money import tokenizer
@@ -43,15 +44,44 @@ def parse(request_id: str, raw: bytes, model: str, method: str, sse_mode: bool) 
         call.extra["gemini_method"] = method
         return call
     conv.validate(doc)
-    body = converted(conv.request_to_openai, doc, model)
     stream = method == "streamGenerateContent"
-    if stream:
-        body["stream"] = True
-    call = Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=body,
-                raw=raw, native_body=doc, stream=stream)
+    # The canonical body is made only if something reads it (Call.canonical):
+    # a Gemini channel is sent the client's bytes.  What the reservation
+    # reads is noted from the native body instead (relay/bounds.py).
+    call = Call(request_id=request_id, endpoint="chat", face=FAMILY, model=model, body=None,
+                raw=raw, native_body=doc, stream=stream,
+                canonical=functools.partial(_canonical, model=model, stream=stream))
     call.extra["gemini_method"] = method
     call.extra["sse"] = sse_mode
+    cfg = doc.get("generationConfig") or doc.get("generation_config")
+    cfg = cfg if isinstance(cfg, dict) else {}
+    call.extra["output_asked"] = _either(cfg, "maxOutputTokens", "max_output_tokens")
+    call.extra["choices_asked"] = _either(cfg, "candidateCount", "candidate_count")
+    call.extra["references"] = references(doc.get("contents"))
     return call
+
+
+def _canonical(doc: dict, model: str, stream: bool) -> dict:
+    body = converted(conv.request_to_openai, doc, model)
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def _either(cfg: dict, camel: str, snake: str):
+    """A generation setting in either spelling, as the conversion reads it."""
+    return cfg.get(camel) if cfg.get(camel) is not None else cfg.get(snake)
+
+
+def references(contents) -> int:
+    """Files the upstream fetches by reference (fileData parts, by URI):
+    their size is not in the body.  Every turn's are counted, which only
+    errs on the safe side."""
+    n = 0
+    for turn in contents if isinstance(contents, list) else ():
+        for p in turn.get("parts") or () if isinstance(turn, dict) else ():
+            n += isinstance(p, dict) and ("fileData" in p or "file_data" in p)
+    return n
 
 
 def count_tokens(raw: bytes, model: str) -> int:

@@ -249,6 +249,45 @@ def test_references_and_tools_add_to_the_input_bound():
     assert got == len(call.raw) + bounds.REFERENCE_TOKENS + bounds.TOOLS_TOKENS
 
 
+@pytest.mark.parametrize("face", ["anthropic", "gemini"])
+def test_a_face_that_defers_its_conversion_is_bounded_alike(face):
+    """The Messages and Gemini faces convert to the canonical body only when
+    something reads it; the bound read off their native body (references,
+    output asked, candidates) equals the one read off the converted body,
+    and is made without converting."""
+    from relay.faces import anthropic as aface
+    from relay.faces import gemini as gface
+    if face == "anthropic":
+        doc = {"model": "unknown-x", "max_tokens": 700, "tools": [
+            {"name": "f", "input_schema": {"type": "object"}}],
+            "messages": [{"role": "user", "content": [
+                {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": "AAAA"}},
+                {"type": "text", "text": "what"}]}]}
+        call = aface.parse_messages("r", json.dumps(doc).encode())
+    else:
+        doc = {"contents": [{"parts": [
+            {"fileData": {"fileUri": "https://x.test/a.pdf", "mimeType": "application/pdf"}},
+            {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}, {"text": "what"}]}],
+            "tools": [{"functionDeclarations": [{"name": "f"}]}],
+            "generationConfig": {"maxOutputTokens": 700, "candidateCount": 3}}
+        call = gface.parse("r", json.dumps(doc).encode(), "unknown-x",
+                           "streamGenerateContent", True)
+    ch = _Channel()
+    native = (bounds.prompt_bound(call, ch), bounds.output_bound(call, ch, 4096),
+              bounds.worst_case(call, ch, Price("m", "", input_price=Decimal(1),
+                                                output_price=Decimal(2)), Decimal(1), False, 4096))
+    assert "body" not in call.__dict__  # nothing converted
+    assert native[0] == len(call.raw) + bounds.REFERENCE_TOKENS + bounds.TOOLS_TOKENS
+    assert native[1] == 700 * (3 if face == "gemini" else 1)
+    canonical = Call("r", "chat", "openai", "unknown-x", call.body, raw=call.raw)
+    assert native == (bounds.prompt_bound(canonical, ch), bounds.output_bound(canonical, ch, 4096),
+                      bounds.worst_case(canonical, ch, Price("m", "", input_price=Decimal(1),
+                                                              output_price=Decimal(2)),
+                                        Decimal(1), False, 4096))
+
+
 def test_the_context_window_caps_the_input_bound():
     body = {"model": "gpt-4o", "max_tokens": 1, "messages": [{"role": "user",
                                                                "content": "x" * 300_000}]}

@@ -207,9 +207,12 @@ def test_embeddings_both_ways():
 
 
 def test_malformed_parts_are_400_not_500():
+    # Where the conversion is made: when a channel of another format reads
+    # the canonical body (a Gemini channel is sent the bytes as they are).
     bad = json.dumps({"contents": [{"parts": [{"inlineData": "x"}]}]}).encode()
+    call = gface.parse("r", bad, "m", "generateContent", True)
     with pytest.raises(RelayError) as ei:
-        gface.parse("r", bad, "m", "generateContent", True)
+        call.body
     assert ei.value.status == 400
 
 
