@@ -30,6 +30,7 @@ from typing import Any
 
 # BadInput and the single-value checks live in relay/serving/values.py; the
 # names stay here for the callers that read them as jsonin.whole, ...
+from relay.serving.json_paths import deep as _deep, name as _name, too_deep as _too_deep
 from relay.serving.values import (INT64_MAX, INT64_MIN, BadInput, flag, lone,  # noqa: F401
                                   number, relay_error, text, whole)
 
@@ -64,9 +65,7 @@ def _big_float(shape: bytes) -> bool:
 
 def _surrogate_escape(data: bytes) -> bool:
     return b"\\u" in data and _SURROGATE_ESCAPE.search(data) is not None
-# One token of JSON text, for naming the field where nesting gets too deep.
-_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}:,]')
-_SCAN_TOKENS, _SCAN_CHARS = 200_000, 2_000_000
+
 
 
 class _Refused:
@@ -341,22 +340,6 @@ def _check(doc, max_depth: int, surrogates: bool):
     return None
 
 
-def _deep(path: str, max_depth: int):
-    """Deep nesting is named by its top-level field: the full path is a
-    thousand "[0]"s long."""
-    top = re.match(r"[^.\[]*", path).group()
-    where = f" in '{top}'" if top else ""
-    return top, f"{{what}} nests deeper than {max_depth} levels{where}."
-
-
-def _name(key: str) -> str:
-    """A key as it may appear in a message: short, and with any surrogate
-    written as its escape (the message itself must be valid text)."""
-    key = key if len(key) <= 64 else key[:61] + "..."
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", key)
-
-
-
 def _not_utf8(raw: bytes, exc: UnicodeDecodeError, what: str, max_depth: int) -> BadInput:
     """Name the field holding the bad bytes when the rest is readable JSON."""
     where = f"byte {exc.start}"
@@ -369,46 +352,3 @@ def _not_utf8(raw: bytes, exc: UnicodeDecodeError, what: str, max_depth: int) ->
     except (ValueError, RecursionError):
         pass
     return BadInput(f"{what} is not valid UTF-8 (first bad byte at {where}).")
-
-
-def _too_deep(text: str, what: str, max_depth: int) -> BadInput:
-    field, problem = _deep(_path_at_depth(text, max_depth), max_depth)
-    return BadInput(problem.replace("{what}", what), field or None)
-
-
-def _path_at_depth(text: str, max_depth: int) -> str:
-    """The path at which text first nests deeper than max_depth, found with a
-    bounded token scan (the parser could not build the document)."""
-    stack: list[list] = []  # [is_object, key or index]
-    pending_key = None
-    for n, m in enumerate(_TOKEN.finditer(text, 0, _SCAN_CHARS)):
-        if n > _SCAN_TOKENS:
-            return ""
-        tok = m.group()
-        if tok in "[{":
-            if len(stack) >= max_depth:
-                return _format_path(stack)
-            stack.append([tok == "{", None if tok == "{" else 0])
-        elif tok in "]}":
-            if stack:
-                stack.pop()
-        elif tok == ",":
-            if stack and not stack[-1][0]:
-                stack[-1][1] += 1
-        elif tok == ":":
-            if stack and stack[-1][0]:
-                stack[-1][1] = pending_key
-        else:
-            pending_key = _name(tok[1:-1])
-    return ""
-
-
-def _format_path(stack: list) -> str:
-    out = ""
-    for is_obj, key in stack:
-        if is_obj:
-            if key is not None:
-                out += f".{key}" if out else str(key)
-        else:
-            out += f"[{key}]"
-    return out
