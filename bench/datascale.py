@@ -3,6 +3,7 @@
     python bench/datascale.py [--records 1000000] [--root TREE] [--label NAME]
                               [--via-driver] [--probe-rate 20] [--repeat 3]
                               [--db-mem-gib 8] [--workdir DIR] [--keep]
+                              [--data DIR] [--exports 30,7]
 
 Starts, on 127.0.0.1, the fake OpenAI upstream and a relay of the tree at
 --root (default: this one) on its embedded database, sets up through the
@@ -151,6 +152,9 @@ def population(heavy_user: int, heavy_keys: list[int], now: float, days: float) 
 
 def build(data_dir: str, n: int, pop: bulkload.Population, via_driver: bool, root: str) -> dict:
     path = bulkload.db_file(data_dir)
+    sums = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "build-sums.db")
+    if os.path.exists(sums):
+        os.remove(sums)
     t0 = time.monotonic()
     if via_driver:
         from pymongo import MongoClient
@@ -180,21 +184,29 @@ def build(data_dir: str, n: int, pop: bulkload.Population, via_driver: bool, roo
             db.stop()
         os.remove(scratch)
     else:
-        bulkload.build_usage(path, n, pop)
+        bulkload.build_usage(path, n, pop, sums=sums)
     built = time.monotonic() - t0
     rolled = 0.0
     if os.path.exists(os.path.join(root, "relay", "money", "rollups.py")):
         t1 = time.monotonic()
-        make_rollups(root, path)
+        make_rollups(root, path, None if via_driver else sums)
         rolled = time.monotonic() - t1
+    if os.path.exists(sums):
+        os.remove(sums)
     return {"records_s": round(built, 1), "rollups_s": round(rolled, 1)}
 
 
-def make_rollups(root: str, path: str) -> None:
-    """The tree's own rollups of the stored records (as its flusher makes them)."""
+def make_rollups(root: str, path: str, sums: str | None) -> None:
+    """The tree's own rollups of the stored records (as its flusher makes
+    them): from the sums the build kept (rollups.build_built) when the tree
+    has that, else from the records read back (rollups.build_file)."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]);"
-            "from relay.money import rollups; rollups.build_file(sys.argv[2])")
-    subprocess.run([sys.executable, "-c", code, root, path], cwd=root, check=True)
+            "from relay.money import rollups;"
+            "fast = len(sys.argv) > 3 and hasattr(rollups, 'build_built');"
+            "rollups.build_built(sys.argv[2], sys.argv[3]) if fast else "
+            "rollups.build_file(sys.argv[2])")
+    subprocess.run([sys.executable, "-c", code, root, path, *([sums] if sums else [])],
+                   cwd=root, check=True)
 
 
 class Probe(threading.Thread):
@@ -299,35 +311,63 @@ def main() -> None:
     ap.add_argument("--days", type=float, default=30.0)
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--workdir", default="", help="where to build (default: a temp dir)")
+    ap.add_argument("--data", default="",
+                    help="a data directory kept between runs: built there when it holds no "
+                         "build of --records yet, reused as it is otherwise")
+    ap.add_argument("--exports", default="30,7",
+                    help="days of the heavy user's CSV exports, comma-separated ('' for none)")
     args = ap.parse_args()
     # SIGTERM ends the run through its finally: no process left behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = os.path.abspath(args.root)
     label = args.label or ("this" if root == ROOT else os.path.basename(root))
     work = tempfile.mkdtemp(prefix="datascale-", dir=args.workdir or None)
-    data_dir = os.path.join(work, "data")
+    data_dir = os.path.join(os.path.abspath(args.data), "data") if args.data else os.path.join(
+        work, "data")
+    kept = os.path.join(os.path.dirname(data_dir), "datascale.json")
     upstream = relay = probe = None
     out: dict = {"label": label, "root": root, "records": args.records, "machine": procs.machine()}
     try:
         upstream, upstream_url = procs.start_upstream(work)
         relay = Relay(root, data_dir, os.path.join(work, "relay.log"), args.db_mem_gib)
-        relay.start()
-        admin = Api.login(relay.url, "root", ADMIN_PASSWORD)
-        admin.create_channel(upstream_url, [PROBE_MODEL] + MODELS, name="bench")
-        admin.set_price(PROBE_MODEL, input_price=1, output_price=2)
-        heavy = admin.create_user("heavy", password=HEAVY_PASSWORD, quota=10 ** 13)
-        hapi = Api.login(relay.url, "heavy", HEAVY_PASSWORD)
-        heavy_keys = [hapi.create_token(f"heavy-key-{i}", remain_quota=10 ** 12)["id"]
-                      for i in range(KEYS_PER_USER)]
-        probe_key = hapi.create_token("probe", unlimited_quota=True)["key"]
-        relay.stop()
-        now = time.time()
-        pop = population(heavy["id"], heavy_keys, now, args.days)
-        print(f"building {args.records:,} records ...", flush=True)
-        out["build"] = build(data_dir, args.records, pop, args.via_driver, root)
-        print(f"  built in {out['build']}", flush=True)
-        out["cold_start_s"] = round(relay.start(), 2)
-        admin = Api.login(relay.url, "root", ADMIN_PASSWORD)
+        made = {}
+        if os.path.exists(kept):
+            with open(kept) as f:
+                made = json.load(f)
+            if made.get("records") != args.records:
+                raise SystemExit(f"{kept}: a build of {made.get('records')} records, "
+                                 f"not {args.records}: give another --data")
+        if made:
+            # A kept build: its fake upstream is gone, the channel goes to this one.
+            out["build"] = {**made["build"], "reused": True}
+            out["cold_start_s"] = round(relay.start(), 2)
+            admin = Api.login(relay.url, "root", ADMIN_PASSWORD)
+            admin.put("/api/channel/", {"id": made["channel"], "base_url": upstream_url})
+            heavy, heavy_keys, probe_key = made["heavy"], made["heavy_keys"], made["probe_key"]
+            now = time.time()
+        else:
+            relay.start()
+            admin = Api.login(relay.url, "root", ADMIN_PASSWORD)
+            channel = admin.create_channel(upstream_url, [PROBE_MODEL] + MODELS, name="bench")
+            admin.set_price(PROBE_MODEL, input_price=1, output_price=2)
+            heavy = admin.create_user("heavy", password=HEAVY_PASSWORD, quota=10 ** 13)
+            hapi = Api.login(relay.url, "heavy", HEAVY_PASSWORD)
+            heavy_keys = [hapi.create_token(f"heavy-key-{i}", remain_quota=10 ** 12)["id"]
+                          for i in range(KEYS_PER_USER)]
+            probe_key = hapi.create_token("probe", unlimited_quota=True)["key"]
+            relay.stop()
+            now = time.time()
+            pop = population(heavy["id"], heavy_keys, now, args.days)
+            print(f"building {args.records:,} records ...", flush=True)
+            out["build"] = build(data_dir, args.records, pop, args.via_driver, root)
+            print(f"  built in {out['build']}", flush=True)
+            if args.data:
+                with open(kept, "w") as f:
+                    json.dump({"records": args.records, "build": out["build"], "built_at": now,
+                               "channel": channel["id"], "heavy": heavy,
+                               "heavy_keys": heavy_keys, "probe_key": probe_key}, f)
+            out["cold_start_s"] = round(relay.start(), 2)
+            admin = Api.login(relay.url, "root", ADMIN_PASSWORD)
         hapi = Api.login(relay.url, "heavy", HEAVY_PASSWORD)
         first = admin.get("/api/log/?size=1", expect=None)
         keyset = isinstance(first, dict) and "older" in (first.get("data") or {})
@@ -356,12 +396,12 @@ def main() -> None:
             results[name] = res
             print(f"  {name:36s} {statistics.median(res['seconds']):8.3f} s  {res['status']}",
                   flush=True)
-        month = f"start={now - 30 * 86400:.0f}&end={now:.0f}"
-        week = f"start={now - 7 * 86400:.0f}&end={now:.0f}"
-        out["export"] = export(hapi, f"/api/log/self/export?{month}", args.timeout * 4)
-        print(f"  export, 30 days: {out['export']}", flush=True)
-        out["export_week"] = export(hapi, f"/api/log/self/export?{week}", args.timeout * 4)
-        print(f"  export, 7 days: {out['export_week']}", flush=True)
+        out["exports"] = {}
+        for days in [int(d) for d in args.exports.split(",") if d.strip()]:
+            span = f"start={now - days * 86400:.0f}&end={now:.0f}"
+            e = out["exports"][days] = export(hapi, f"/api/log/self/export?{span}",
+                                              args.timeout * 4)
+            print(f"  export, {days} days: {e}", flush=True)
         t_end = time.monotonic()
         time.sleep(1)
         out["queries"] = results
@@ -385,6 +425,9 @@ def main() -> None:
             upstream.stop()
         if args.keep:
             print(f"work directory kept: {work}")
+        elif args.data:
+            shutil.rmtree(work, ignore_errors=True)
+            print(f"data directory kept: {data_dir}")
         else:
             shutil.rmtree(work, ignore_errors=True)
     report(out)
@@ -401,9 +444,8 @@ def report(out: dict) -> None:
     for name, r in (out.get("queries") or {}).items():
         print(f"{name:40s} {statistics.median(r['seconds']):9.3f} {max(r['seconds']):8.3f}  "
               f"{sorted(set(r['status']))}")
-    for key, name in (("export", "export, heavy user, 30 days"),
-                      ("export_week", "export, heavy user, 7 days")):
-        e = out.get(key) or {}
+    for days, e in (out.get("exports") or {}).items():
+        name = f"export, heavy user, {days} days"
         print(f"{name:40s} first byte {e.get('first_byte_s')} s, whole {e.get('seconds')} s, "
               f"{e.get('rows')} rows, TOTAL row: {e.get('total_row')}, status {e.get('status')}"
               + (f": {e.get('last_line')}" if e.get("status") not in (200, None) else ""))

@@ -109,9 +109,16 @@ class _IndexesAfter:
             self.db.execute(sql)
 
 
-def build_usage(path: str, n: int, pop: Population, batch: int = 200_000) -> None:
+def build_usage(path: str, n: int, pop: Population, batch: int = 200_000,
+                sums: str | None = None) -> None:
     """Append `n` usage records to the `usage` table of the SQLite file at
-    `path` (made by the embedded server), in one transaction per batch."""
+    `path` (made by the embedded server), in one transaction per batch.
+
+    With `sums` (the path of a scratch SQLite file, made if absent), the
+    records' sums by GRAIN_COLUMNS go there as they are made, in table
+    `grain`: what write_rollups makes rollups from without reading the
+    records back (json_extract of ten fields of every record costs more
+    than making it)."""
     db = _connect(path)
     try:
         if not _has_table(db, "usage"):
@@ -130,6 +137,9 @@ def build_usage(path: str, n: int, pop: Population, batch: int = 200_000) -> Non
         db.executemany("INSERT INTO _ok VALUES (?, ?)", list(enumerate(others)))
         db.executemany("INSERT INTO _models VALUES (?, ?)", list(enumerate(pop.models)))
         db.executemany("INSERT INTO _channels VALUES (?, ?)", list(enumerate(pop.channels)))
+        if sums is not None:
+            db.execute("ATTACH DATABASE ? AS s", (sums,))
+            db.execute(f"CREATE TABLE IF NOT EXISTS s.grain ({', '.join(GRAIN_COLUMNS)})")
         span = pop.days * 86400.0
         start = pop.now - span
         params = {"n": n, "start": start, "span": span, "hs": int(pop.heavy_share * 1000),
@@ -141,15 +151,27 @@ def build_usage(path: str, n: int, pop: Population, batch: int = 200_000) -> Non
             for lo in range(0, n, batch):
                 hi = min(n, lo + batch)
                 db.execute("BEGIN")
-                db.execute(_INSERT, {**params, "lo": lo, "hi": hi})
+                db.execute(_MAKE, {**params, "lo": lo, "hi": hi})
+                db.execute(_INSERT, params)
+                if sums is not None:
+                    db.execute(_SUM, params)
+                db.execute("DROP TABLE _g")
                 db.execute("COMMIT")
     finally:
         db.close()
 
 
+# The columns of a scratch file's `grain`: what a rollup keys on, the hour,
+# the process, then the sums (the records' count, their fields' sums, the
+# last sequence number).  Built records carry no cache figures and no
+# unpaid part: those sums are 0.
+GRAIN_COLUMNS = ("day", "hour", "user_id", "token_id", "channel_id", "status", "model", "proc",
+                 "n", "quota", "prompt_tokens", "completion_tokens", "last_seq")
+
 # Three independent hashes of the record's number pick its key, model,
 # channel, status and sizes; the numbers are Knuth's multiplicative ones.
-_INSERT = """
+_MAKE = """
+CREATE TEMP TABLE _g AS
 WITH RECURSIVE s(i) AS (SELECT :lo UNION ALL SELECT i + 1 FROM s WHERE i + 1 < :hi),
 h AS (SELECT i, (i * 2654435761 + 40503) % 4294967296 AS h1,
              (i * 2246822519 + 9973) % 4294967296 AS h2,
@@ -157,15 +179,20 @@ h AS (SELECT i, (i * 2654435761 + 40503) % 4294967296 AS h1,
 p AS (SELECT h.*, CASE WHEN h1 % 1000 < :hs THEN (SELECT k FROM _hk WHERE _hk.i = h2 % :nh)
                        ELSE (SELECT k FROM _ok WHERE _ok.i = h2 % :no) END AS k,
              (h1 / 1000) % 1000 < :es AS failed FROM h),
-q AS (SELECT p.*, (k * 7 + (h3 % :mpk) * 13) % :nm AS m FROM p),
-r AS (SELECT q.*, _keys.user_id, _keys.username, _keys.token_id, _keys.token_name,
-             (SELECT name FROM _models WHERE _models.i = m) AS model,
-             (SELECT id FROM _channels WHERE _channels.i = (m * :cpm + (h3 / 7) % :cpm) % :nc)
-               AS channel_id,
-             printf('%08x%016x', i, h1 * 4294967296 + h2) AS rid,
-             CASE WHEN failed THEN 0 ELSE 20 + h2 % 3000 END AS pt,
-             CASE WHEN failed THEN 0 ELSE 1 + h3 % 800 END AS ct
-      FROM q JOIN _keys ON _keys.k = q.k)
+q AS (SELECT p.*, (k * 7 + (h3 % :mpk) * 13) % :nm AS m FROM p)
+SELECT q.i, q.h1, q.h2, q.h3, q.failed, _keys.user_id, _keys.username, _keys.token_id,
+       _keys.token_name,
+       (SELECT name FROM _models WHERE _models.i = m) AS model,
+       (SELECT id FROM _channels WHERE _channels.i = (m * :cpm + (h3 / 7) % :cpm) % :nc)
+         AS channel_id,
+       printf('%08x%016x', i, h1 * 4294967296 + h2) AS rid,
+       CASE WHEN failed THEN 0 ELSE 20 + h2 % 3000 END AS pt,
+       CASE WHEN failed THEN 0 ELSE 1 + h3 % 800 END AS ct,
+       :start + :span * i / :n AS created_at
+FROM q JOIN _keys ON _keys.k = q.k
+"""
+
+_INSERT = """
 INSERT INTO usage (_id, data)
 SELECT rid, CASE WHEN failed THEN json_object(
     '_id', rid, 'user_id', user_id, 'username', username, 'token_id', token_id,
@@ -174,7 +201,7 @@ SELECT rid, CASE WHEN failed THEN json_object(
     'completion_tokens', 0, 'duration_ms', 40 + h1 % 200, 'ttfb_ms', 0, 'status', 429,
     'stream', json('false'), 'client_ip', '203.0.113.' || (h2 % 250 + 1),
     'billing_mode', 'per_token', 'rate', '1.0', 'error', 'Rate limit reached for requests',
-    'created_at', :start + :span * i / :n, 'cost', 0, 'quota', 0,
+    'created_at', created_at, 'cost', 0, 'quota', 0,
     'token_limited', json('true'), 'proc', :proc, 'seq', :seq0 + i)
   ELSE json_object(
     '_id', rid, 'user_id', user_id, 'username', username, 'token_id', token_id,
@@ -183,10 +210,21 @@ SELECT rid, CASE WHEN failed THEN json_object(
     'completion_tokens', ct, 'duration_ms', 300 + h1 % 4000, 'ttfb_ms', 100 + h2 % 900,
     'status', 200, 'stream', json(CASE WHEN h3 % 2 THEN 'true' ELSE 'false' END),
     'client_ip', '203.0.113.' || (h2 % 250 + 1), 'billing_mode', 'per_token', 'rate', '1.0',
-    'created_at', :start + :span * i / :n, 'cost', pt + 2 * ct, 'quota', pt + 2 * ct,
+    'created_at', created_at, 'cost', pt + 2 * ct, 'quota', pt + 2 * ct,
     'token_limited', json('true'), 'proc', :proc, 'seq', :seq0 + i)
   END
-FROM r
+FROM _g ORDER BY i
+"""
+
+# The day and hour as relay/money/rollups.py takes them from created_at
+# (and sum_records below): SQLite's % works on integers.
+_SUM = """
+INSERT INTO s.grain
+SELECT CAST(created_at / 86400 AS INTEGER) * 86400 AS day,
+       CAST(created_at % 86400 / 3600 AS INTEGER) AS hour,
+       user_id, token_id, channel_id, CASE WHEN failed THEN 429 ELSE 200 END AS status, model,
+       :proc, COUNT(*), SUM(pt + 2 * ct), SUM(pt), SUM(ct), MAX(:seq0 + i)
+FROM _g GROUP BY 1, 2, 3, 4, 5, 6, 7
 """
 
 
@@ -245,3 +283,78 @@ def write_documents(path: str, collection: str, docs) -> int:
     finally:
         db.close()
     return n
+
+
+def write_rollups(path: str, sums: str, families: dict, copies: dict, metrics: dict,
+                  mark: str) -> int:
+    """Rollup documents made by SQLite from the scratch file `sums` that
+    build_usage filled, inserted into the file at `path`; returns how many.
+
+    The documents are those relay/money/rollups.py makes (it passes its
+    schema: `families` {collection: the fields besides day and model, in
+    the _id's order}, `copies` {field: its unindexed copy}, `metrics`
+    {name: the record field it sums}, `mark` the name of the process
+    marks): `_id` `day|field...|model`, the fixed fields, `dm`, the marks,
+    the day's sums and the same per hour (`hHHm`), a sum left out when 0
+    as a record leaves it out (records' figures are never negative here).
+    tests/models/test_bulkload.py checks them against rollups.build_file.
+    The rollup collections must hold nothing of these records' days."""
+    db = _connect(path)
+    total = 0
+    try:
+        db.execute("ATTACH DATABASE ? AS s", (f"file:{sums}?mode=ro",))
+    except sqlite3.OperationalError:
+        db.close()
+        raise
+    try:
+        procs = [r[0] for r in db.execute("SELECT DISTINCT proc FROM s.grain")]
+        if len(procs) > 1:
+            raise ValueError(f"one process per build, not {procs}")
+        have = [(m, src) for m, src in metrics.items() if src in GRAIN_COLUMNS]
+        for coll, fields in families.items():
+            if not _has_table(db, coll):
+                raise RuntimeError(f"{path} has no {coll} collection")
+            keys = ["day", *fields, "model"]
+            kc = ", ".join(keys)
+            with _IndexesAfter(db, coll):
+                total += _write_family(db, coll, fields, keys, kc, have, copies, mark)
+    finally:
+        db.close()
+    return total
+
+
+def _write_family(db, coll, fields, keys, kc, have, copies, mark) -> int:
+    """One family's documents (write_rollups), in one transaction."""
+    db.execute("BEGIN")
+    db.execute(f"CREATE TEMP TABLE _h AS SELECT {kc}, hour, SUM(n) AS n, "
+               + "".join(f'SUM({src}) AS "{m}", ' for m, src in have)
+               + f"MAX(last_seq) AS ls, MIN(proc) AS proc FROM s.grain "
+               f"GROUP BY {kc}, hour")
+    db.execute(f"CREATE TEMP TABLE _d AS SELECT {kc}, SUM(n) AS n, "
+               + "".join(f'SUM("{m}") AS "{m}", ' for m, _ in have)
+               + f"MAX(ls) AS ls, MIN(proc) AS proc FROM _h GROUP BY {kc}")
+    db.execute(f"CREATE UNIQUE INDEX _dk ON _d ({kc})")
+    ident = " || '|' || ".join(
+        ["CAST(_d.day AS TEXT)",
+         *(f"COALESCE(CAST(_d.{f} AS TEXT), '-')" for f in fields), "_d.model"])
+    fixed = ", ".join(
+        ["'_id', _id", "'day', day", *(f"'{f}', {f}" for f in fields), "'model', model",
+         "'dm', CAST(day AS TEXT) || '|' || model",
+         *(f"'{copies[f]}', {f}" for f in fields if f in copies),
+         f"'{mark}', json_object(proc, ls)", "'n', n"])
+    day_sums = ", ".join(f"'{m}', NULLIF(\"{m}\", 0)" for m, _ in have)
+    unpivot = " UNION ALL ".join(
+        [f"SELECT {kc}, printf('h%02dn', hour) AS k, n AS v FROM _h"]
+        + [f"SELECT {kc}, printf('h%02d{m}', hour), \"{m}\" FROM _h WHERE \"{m}\" != 0"
+           for m, _ in have])
+    on = " AND ".join(f"_d.{k} IS u.{k}" for k in keys)
+    db.execute("CREATE TEMP TABLE _j AS SELECT " + kc + ", json_group_object(k, v) AS j "
+               f"FROM ({unpivot}) GROUP BY {kc}")
+    cur = db.execute(
+        f'INSERT INTO "{coll}" (_id, data) SELECT _id, json_patch(json_patch('
+        f"json_object({fixed}), json_object({day_sums})), j) FROM "
+        f"(SELECT {ident} AS _id, _d.*, u.j FROM _j AS u JOIN _d ON {on})")
+    for t in ("_h", "_d", "_j"):
+        db.execute(f"DROP TABLE {t}")
+    db.execute("COMMIT")
+    return cur.rowcount

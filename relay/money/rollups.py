@@ -233,3 +233,14 @@ def build_file(path: str) -> None:
         doc[MARK][d.proc] = max(doc[MARK].get(d.proc, 0), d.last)
     for coll, by_id in docs.items():
         bulkload.write_documents(path, coll, by_id.values())
+
+
+def build_built(path: str, sums: str) -> int:
+    """The rollups of records that models/bulkload.build_usage made with a
+    `sums` scratch file, written into the embedded server's file at `path`
+    by SQLite from those sums (bench/datascale.py at ten million records:
+    build_file reads every record back and makes each document in Python,
+    about an hour there).  The same documents as build_file's
+    (tests/models/test_bulkload.py); returns how many."""
+    from models import bulkload
+    return bulkload.write_rollups(path, sums, FAMILIES, GROUP_COPIES, SOURCES, MARK)
