@@ -19,7 +19,7 @@ from models.compat import Quirks, find_page, probe, sort_by_id
 from models.embedded import EmbeddedMongo
 
 __all__ = ["Store", "DuplicateKeyError", "PyMongoError", "ReturnDocument", "ASCENDING", "DESCENDING",
-           "insert_records", "insert_capped", "all_of", "DUPLICATE_KEY", "sort_by_id", "Op",
+           "insert_records", "insert_capped", "count_matching", "all_of", "DUPLICATE_KEY", "sort_by_id", "Op",
            "bulk_apply", "read_marks"]
 
 # Matched by code, never by text: nx-27017 says "UNIQUE constraint failed"
@@ -239,19 +239,37 @@ async def insert_records(coll, docs: list[dict]) -> int:
         return int(exc.details.get("nInserted") or 0)
 
 
+async def count_matching(coll, flt: dict) -> int:
+    """How many documents match `flt`, by the `count` command, each plain
+    value sent as `{$eq: v}`: give `flt` an indexed field (a user's keys by
+    user_id) and the count reads that index's entries, on every server.
+
+    nx-27017 deviation: `count_documents` is an aggregation there, run by
+    reading the whole collection into memory (every account's keys to
+    count one's); its `count` command is one SQL COUNT, and plain equality
+    there is "f = v or f is an array holding v", which no index serves
+    (models/queries.py).  tests/models/test_query_plans.py pins the plan,
+    tests/models/test_store_fidelity.py the answer."""
+    query = {k: (v if isinstance(v, dict) else {"$eq": v}) for k, v in flt.items()}
+    r = await coll.database.command("count", coll.name, query=query)
+    return int(r["n"])
+
+
 async def insert_capped(coll, doc: dict, scope: dict, cap: int) -> bool:
     """Insert `doc` unless more than `cap` documents would then match
-    `scope` (a user's keys, say); False, and nothing inserted, if so.
+    `scope` (a user's keys, say: a field with an index); False, and nothing
+    inserted, if so.
 
     Exact across processes without a counter to keep in step: the document
-    is inserted, then counted with the rest, and taken out again if the
-    count is over.  Racing inserts at the cap may all be refused (each sees
-    the others), never all let in.
+    is inserted, then counted with the rest (count_matching: the index's
+    entries, not the collection), and taken out again if the count is over.
+    Racing inserts at the cap may all be refused (each sees the others),
+    never all let in.
     """
-    if await coll.count_documents(scope) >= cap:
+    if await count_matching(coll, scope) >= cap:
         return False
     await coll.insert_one(doc)
-    if await coll.count_documents(scope) <= cap:
+    if await count_matching(coll, scope) <= cap:
         return True
     await coll.delete_one({"_id": doc["_id"]})
     return False

@@ -19,7 +19,7 @@ import time
 from models.records import ROLE_ADMIN
 from models.refusal import Refusal
 from models.secrets import mask
-from models.store import insert_capped, now, sort_by_id
+from models.store import count_matching, insert_capped, now, sort_by_id
 from notify import channels, templates
 
 EVENT_TYPES = ("announcement", "marketing", "user_quota_warning", "key_quota_warning",
@@ -220,8 +220,8 @@ class Subscriptions:
             raise Invalid("key_ids must be a list of key ids (empty: all keys).", "field_not_list",
                           field="key_ids")
         if key_ids:
-            mine = await self.store.db.tokens.count_documents(
-                {"_id": {"$in": key_ids}, "user_id": user["_id"]})
+            mine = await count_matching(self.store.db.tokens,
+                                        {"_id": {"$in": key_ids}, "user_id": user["_id"]})
             if mine != len(set(key_ids)):
                 raise Invalid("key_ids names a key that is not yours.", "key_ids_not_yours")
         out["key_ids"] = sorted(set(key_ids))

@@ -177,3 +177,48 @@ def _pruned(db):
     assert db.usage.find_one({"_id": "ancient"}) is None
     for coll in rollups.COLLECTIONS:
         assert db[coll].find_one({"_id": {"$in": [d["_id"] for d in _OLD[coll]]}}) is None
+
+
+def test_a_cap_per_user_counts_with_an_index(tmp_path):
+    """models/store.insert_capped (a user's keys, issue 31; subscriptions)
+    and the subscription's check that its keys are the user's count with
+    the index on user_id: the embedded server answers `count_documents`
+    by reading the whole collection into memory, every account's keys."""
+    trace = tmp_path / "sql.log"
+    relay = RelayProcess("", str(tmp_path / "data"), env={TRACE_ENV: str(trace)}).start()
+    try:
+        admin = Api.login(relay.url)
+        admin.create_user("capped", quota=10 ** 6)
+        api = Api.login(relay.url, "capped", USER_PASSWORD)
+        keys = [api.create_token(name=f"k{i}")["id"] for i in range(2)]
+        with open(trace, "a") as f:
+            f.write("-- window\n")
+        api.create_token(name="k2")
+        api.post("/api/subscription/", {
+            "name": "mine", "event_types": ["key_quota_warning"], "channel_type": "email",
+            "channel_config": {}, "enabled": True, "key_threshold": 1000, "key_ids": keys})
+        with open(trace, "a") as f:
+            f.write("-- window\n")
+    finally:
+        relay.stop()
+    window = open(trace, errors="replace").read().split("-- window\n")[1].splitlines()
+    colls = r"(tokens|notify_subscriptions)"
+    file = sqlite3.connect(f"file:{bulkload.db_file(str(tmp_path / 'data'), relay.db_name)}"
+                           "?mode=ro", uri=True)
+    counts, problems = [], {}
+    for sql in dict.fromkeys(window):
+        if not re.search(rf'\bFROM\s+"?{colls}"?(\s|$)', sql):
+            continue
+        if re.search(rf'\bFROM\s+"?{colls}"?\s*$', sql.strip()):
+            problems[sql] = "reads the whole collection"
+            continue
+        if re.search(r"\bCOUNT\s*\(", sql, re.I):
+            counts.append(sql)
+        if sql.lstrip().upper().startswith(("SELECT", "WITH")):
+            plan = [row[-1] for row in file.execute("EXPLAIN QUERY PLAN " + sql)]
+            if any(re.match(rf"SCAN {colls}\b", step) and "INDEX" not in step for step in plan):
+                problems[sql] = plan
+    assert problems == {}, problems
+    # the key's cap twice (before and after its insert), the subscription's
+    # cap twice and its keys once
+    assert len(counts) >= 3, window

@@ -26,7 +26,8 @@ from pymongo import AsyncMongoClient, MongoClient, ReturnDocument
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from models.compat import find_page, probe, sort_by_id
-from models.store import DUPLICATE_KEY, INDEXES, all_of, insert_records
+from models.store import (DUPLICATE_KEY, INDEXES, all_of, count_matching, insert_capped,
+                          insert_records)
 
 RAW = os.environ.get("RELAY_FIDELITY_RAW") == "1"
 
@@ -595,7 +596,8 @@ def test_limit_permit_shapes(db):
 
 def test_allow_list_migration_and_key_cap_shapes(db):
     """models/migrations.py finds keys without `allow_nets` (projected), and
-    models/store.insert_capped counts a user's keys after inserting one."""
+    models/store.insert_capped counts a user's keys after inserting one
+    (count_matching: the count command, equality as $eq)."""
     async def body(db):
         await db.tokens.insert_many([
             {"_id": 1, "user_id": 7, "allow_ips": "10.0.0.0/8"},
@@ -607,11 +609,20 @@ def test_allow_list_migration_and_key_cap_shapes(db):
         assert all(set(d) == {"_id", "allow_ips"} for d in old)
         await db.tokens.update_one({"_id": 1}, {"$set": {"allow_nets": {"n": 1, "v4": "0a00"}}})
         assert (await db.tokens.find_one({"_id": 1}))["allow_nets"] == {"n": 1, "v4": "0a00"}
-        assert await db.tokens.count_documents({"user_id": 7}) == 2
+        await db.tokens.create_index("user_id")
+        assert await count_matching(db.tokens, {"user_id": 7}) == 2
         await db.tokens.insert_one({"_id": 4, "user_id": 7})
-        assert await db.tokens.count_documents({"user_id": 7}) == 3
+        assert await count_matching(db.tokens, {"user_id": 7}) == 3
+        assert await count_matching(db.tokens, {"user_id": 9}) == 0
+        # notify/subscriptions.py: are these keys all the user's?
+        assert await count_matching(db.tokens, {"_id": {"$in": [1, 3, 4, 99]},
+                                                "user_id": 7}) == 2
         await db.tokens.delete_one({"_id": 4})
-        assert await db.tokens.count_documents({"user_id": 7}) == 2
+        assert await count_matching(db.tokens, {"user_id": 7}) == 2
+        assert await insert_capped(db.tokens, {"_id": 5, "user_id": 7}, {"user_id": 7}, 3)
+        assert not await insert_capped(db.tokens, {"_id": 6, "user_id": 7}, {"user_id": 7}, 3)
+        assert await db.tokens.find_one({"_id": 6}) is None
+        assert await count_matching(db.tokens, {"user_id": 7}) == 3
     case(db, body)
 
 
