@@ -5,7 +5,7 @@ It runs once, at the first start that finds no note of it in `migrations`,
 before billing starts (server.start_workers): one UTC day at a time, oldest
 first, it sums the day's records by what each rollup keys on, hour and
 process, and adds the sums to the rollups with the flusher's own
-conditional updates (relay/money/flusher.rollup_ops, the form for a mark
+conditional updates (relay/money/applier.rollup_ops, the form for a mark
 that is not there yet), then notes the day as done.  On the embedded
 database SQLite sums them in the file (models/store.Store.sum_usage, a
 reader beside the server: a million records in seconds); on a real
@@ -33,7 +33,7 @@ import time
 from models import queries
 from models.store import DuplicateKeyError, bulk_apply
 from relay.money import rollups
-from relay.money.flusher import rollup_ops
+from relay.money.applier import rollup_ops
 
 log = logging.getLogger("relay.usage")
 

@@ -1,96 +1,45 @@
-"""The billing flusher: each tick stores a bounded batch of usage records;
-every two intervals it applies what it stored to the balances and the usage
-rollups, idempotently (one bulk write per collection, then one read of the
-documents written, which also gives the balances someone watches as they
-are after it); and it returns idle leases.  Beside it a guard moves late
-records to the spill file, a heartbeat keeps this process alive, and a loop
-answers other relays' recalls every tick (relay/money/recalls.py).
-relay/money/leases.py explains the design."""
+"""The billing flusher: ticks that store a bounded batch of usage records
+each, every quarter of a flush interval; beside them, every two intervals,
+an apply of what was stored to the balances and the usage rollups
+(relay/money/applier.py), after which idle leases go back.  Beside those a
+guard moves late records to the spill file, a heartbeat keeps this process
+alive, and a loop answers other relays' recalls every tick
+(relay/money/recalls.py).  relay/money/leases.py explains the design.
+
+Why storing does not wait for applying: a record waits in memory at most a
+flush interval before the guard moves it to the spill file (what a crash
+may cost, README "What a crash costs"), and on a loaded machine an apply
+over thousands of keys and rollup documents takes longer than that; had
+the ticks waited for it, records made meanwhile would pass through the
+spill file.  The apply's commands are chunked (applier.BULK_CHUNK), so a
+batch to store waits behind one chunk at most."""
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
 
-from models.store import DuplicateKeyError, Op, PyMongoError, bulk_apply, insert_records
-from models.store import read_marks
-from relay.money import rollups
-from relay.money.leases import BUDGET, COLLECTIONS, TOKEN, USER, Leases
+from models.store import PyMongoError, insert_records
+from relay.money.applier import Applier
 from relay.money.usage import stored
 
 log = logging.getLogger("relay.billing")
 
 
 # The flusher applies what it stored every APPLY_EVERY flush intervals, or
-# once APPLY_MAX records wait, whichever comes first (flush()).
+# once APPLY_MAX records wait, whichever comes first (_apply_loop()).
 APPLY_EVERY = 2
 APPLY_MAX = 4000
 # Idle leases given back in one tick, at most (the rest in the next ones).
 RELEASES_PER_TICK = 32
-# What a balance's view needs of its document (relay/money/shown.py figures),
-# and what billing's balance_applied says of it (whose key, whether limited).
-# What the read-back needs: the figures and marks, and what the on_applied
-# hooks publish (balance_applied; a budget's limit and period for budget_used).
-BALANCE_FIELDS = {"quota": 1, "used_quota": 1, "leases": 1, "applied": 1,
-                  "user_id": 1, "unlimited_quota": 1, "token_id": 1, "limit": 1,
-                  "period": 1}
 
 
-def balance_ops(proc: str, ident: int, leased: bool, items: list[tuple[int, int]],
-                marked: bool | None) -> list:
-    """The conditional update(s) that apply one process's charges to one
-    balance (relay/money/leases.py, step 2): `marked` says whether the
-    document has the process's mark (None: not known, then both forms go,
-    and at most one of them can match)."""
-    mark, lease = f"applied.{proc}", f"leases.{proc}"
-    first, last = min(s for s, _ in items), max(s for s, _ in items)
-    total = sum(q for _, q in items)
-    inc = {lease: -total, "used_quota": total} if leased else {"used_quota": total}
-    conds = ([{"$lt": first}] if marked is not False else []) + (
-        [{"$exists": False}] if marked is not True else [])
-    # Flat filters: a `$or` would need `$and` around it on nx-27017, and a
-    # `$and` there is answered by reading every document (models/compat.py).
-    return [Op(ident, {"_id": ident, mark: c, **({lease: {"$exists": True}} if leased else {})},
-               {"$inc": inc, "$set": {mark: last}}) for c in conds]
-
-
-def rollup_ops(d: rollups.Delta, marked: bool | None) -> list:
-    """The conditional update(s) that add one process's records to one
-    rollup document; the form for an absent mark also makes the document
-    (where the mark is there after all, that one fails as a duplicate,
-    which bulk_apply lets be)."""
-    mark = f"{rollups.MARK}.{d.proc}"
-    inc = d.inc()
-    out = []
-    if marked is not False:
-        out.append(Op(d.id, {"_id": d.id, mark: {"$lt": d.first}},
-                      {"$inc": inc, "$set": {mark: d.last}}))
-    if marked is not True:
-        out.append(Op(d.id, {"_id": d.id, mark: {"$exists": False}},
-                      {"$inc": inc, "$set": {mark: d.last}, "$setOnInsert": d.dims}, upsert=True))
-    return out
-
-
-def subjects_of(record: dict) -> list[tuple[str, int, bool]]:
-    """(kind, id, paid from a lease) for each balance a record moves."""
-    out = [(USER, record["user_id"], True)]
-    if record.get("token_id") is not None:
-        out.append((TOKEN, record["token_id"], bool(record.get("token_limited"))))
-    # A budget's counter always counts down what is left of its limit (from
-    # the lease its relay took, else from `quota`: relay/money/budgets.py).
-    for cid, _ in record.get("budgets") or ():
-        out.append((BUDGET, cid, True))
-    return out
-
-
-class Flusher(Leases):
+class Flusher(Applier):
     """Leases, and the flusher that makes charges durable."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # Rollup documents that have this process's mark, by day: which form
-        # of update to send (a wrong guess costs one document the long way).
-        self._rolled: dict[int, set] = {}
+        self._apply_lock = asyncio.Lock()
         # Records stored and not yet applied, by _id, in sequence order.
         self._unapplied: dict[str, dict] = {}
         self._applied_at = 0.0
@@ -127,13 +76,16 @@ class Flusher(Leases):
                 log.warning("billing heartbeat: %s; will retry", exc or type(exc).__name__)
 
     async def _flush_loop(self) -> None:
+        # One task (what stop() cancels), two loops: storing never waits
+        # for an apply.
+        await asyncio.gather(self._store_loop(), self._apply_loop())
+
+    async def _store_loop(self) -> None:
         while True:
             busy = False
             started = time.monotonic()
             try:
                 busy = await self.flush(defer=True)
-                for hook in self.after_flush:
-                    await self._db(hook())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -145,20 +97,43 @@ class Flusher(Leases):
             await asyncio.sleep(0 if busy else
                                 max(self.flush_interval / 4 - (time.monotonic() - started), 0))
 
-    async def _db(self, aw):
-        return await asyncio.wait_for(aw, self.db_timeout)
+    async def _apply_loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                if self._unapplied and (
+                        len(self._unapplied) >= APPLY_MAX or
+                        started - self._applied_at >= APPLY_EVERY * self.flush_interval):
+                    await self.apply_stored()
+                else:
+                    await self._release_idle(False)
+                for hook in self.after_flush:
+                    await self._db(hook())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("billing apply: %s; will retry", exc or type(exc).__name__)
+            await asyncio.sleep(max(self.flush_interval / 4 - (time.monotonic() - started), 0))
 
     async def flush(self, release_all: bool = False, defer: bool = False) -> bool:
-        """One tick: a bounded batch of records stored, then the records
-        stored and not yet applied applied to the balances and rollups, then
-        idle leases.  With `defer` (the flusher's own ticks) the apply waits
-        until APPLY_EVERY flush intervals have passed since the last one (or
-        APPLY_MAX records wait): a key called ten times in a second is then
-        one update, not ten, which at thousands of keys is most of the
-        database's work.  A record is durable once stored; one stored and
-        not applied when the process dies is applied by the reclaim pass,
-        like any record after `applied_upto` (relay/money/leases.py).
-        Returns True while older records wait in the spill file."""
+        """A bounded batch of records stored; then, unless `defer` (the
+        flusher's own store ticks, beside which _apply_loop applies every
+        APPLY_EVERY flush intervals or once APPLY_MAX records wait), every
+        record stored and not yet applied applied to the balances and
+        rollups, and idle leases given back (all of them with
+        `release_all`).  Applying every two intervals makes a key called ten
+        times in a second one update, not ten, which at thousands of keys is
+        most of the database's work.  A record is durable once stored; one
+        stored and not applied when the process dies is applied by the
+        reclaim pass, like any record after `applied_upto`
+        (relay/money/leases.py).  Returns True while older records wait in
+        the spill file."""
+        await self._store_batch()
+        if not defer:
+            await self.apply_stored(release_all)
+        return not self.journal.spill.empty
+
+    async def _store_batch(self) -> None:
         async with self._flush_lock:
             started = time.time()
             if len(self._unapplied) >= 2 * APPLY_MAX:
@@ -183,225 +158,40 @@ class Flusher(Leases):
             for r in batch:
                 if r["_id"] not in self._unapplied:
                     self._unapplied[r["_id"]] = r
-            due = (not defer or release_all or len(self._unapplied) >= APPLY_MAX
-                   or time.monotonic() - self._applied_at >= APPLY_EVERY * self.flush_interval)
-            applying: list[dict] = []
-            applied: dict[tuple, dict] = {}
-            if self._unapplied and due:
-                applying = list(self._unapplied.values())
-                applied = await self._db(self._apply(applying))
-                self._unapplied = {}
+            if batch:
+                # `flushed_at`: every record made before it is in the database
+                # or the spill file (what the crash tests check against).
+                durable = started if not self.journal.memory else self.journal.memory[0][1].get(
+                    "created_at", started)
+                await self._db(self.store.db.processes.update_one(
+                    {"_id": self.pid}, {"$max": {"flushed_at": min(durable, started)}}))
+
+    async def apply_stored(self, release_all: bool = False) -> None:
+        """Apply every record stored and not yet applied (one apply at a
+        time, in the order they were stored: each process's in sequence
+        order), note `applied_upto`, read back the balances someone
+        watches, then give back idle leases."""
+        async with self._apply_lock:
+            applying = list(self._unapplied.values())
+            if applying:
+                applied = await self._apply(applying)
+                for r in applying:
+                    self._unapplied.pop(r["_id"], None)
                 self._applied_at = time.monotonic()
                 own = [r for r in applying if r["proc"] == self.pid]
                 if own:
                     self.applied_upto = max(self.applied_upto, max(r["seq"] for r in own))
                     self.applied_created = max(self.applied_created,
                                                max(float(r.get("created_at") or 0) for r in own))
-            if batch or due:
-                # `flushed_at`: every record made before it is in the database
-                # or the spill file (what the crash tests check against).
-                durable = started if not self.journal.memory else self.journal.memory[0][1].get(
-                    "created_at", started)
                 await self._db(self.store.db.processes.update_one(
                     {"_id": self.pid}, {"$max": {"applied_upto": self.applied_upto,
-                                                 "applied_created": self.applied_created,
-                                                 "flushed_at": min(durable, started)}}))
-            if applying:
+                                                 "applied_created": self.applied_created}}))
                 try:
                     await self._db(self._read_back(applying, applied))
                 except (PyMongoError, asyncio.TimeoutError) as exc:
                     # Applied all the same; the next apply of the balance reads it.
                     log.warning("reading back applied balances: %s", exc or type(exc).__name__)
             await self._release_idle(release_all)
-            return not self.journal.spill.empty
-
-    async def _apply(self, records: list[dict]) -> dict:
-        """Apply records to the balances and the rollups, idempotently (see
-        relay/money/leases.py and relay/money/rollups.py): one bulk write per
-        collection, whatever the number of distinct keys, accounts and
-        rollup documents, then one read of the documents written, which
-        shows each one's mark; the few whose mark did not reach their last
-        record (a guess about a mark that was wrong, a lease that is gone, a
-        batch applied before) go the long way, one by one.  Returns the
-        balance documents as they are after it, {(kind, id): document}."""
-        plan: dict[str, list] = {}
-        groups: dict[tuple, list] = {}
-        for r in records:
-            for kind, ident, leased in subjects_of(r):
-                groups.setdefault((r["proc"], kind, ident, leased), []).append(
-                    (int(r["seq"]), int(r.get("quota") or 0)))
-        for (proc, kind, ident, leased), items in groups.items():
-            b = self._bal.get((kind, ident))
-            marked = None if b is None else proc in b.shown.marks
-            for op in balance_ops(proc, ident, leased, items, marked):
-                plan.setdefault(COLLECTIONS[kind], []).append(op)
-        moves = rollups.deltas(records)
-        for d in moves:
-            for op in rollup_ops(d, self._rolled_hint(d)):
-                plan.setdefault(d.collection, []).append(op)
-        changes = {c: sum(1 for d in moves if d.collection == c) for c in rollups.COLLECTIONS}
-        seen = {coll: await self._bulk(coll, ops, changes.get(coll, -1))
-                for coll, ops in plan.items()}
-        touched: dict[tuple, dict] = {}
-        long_way: set[tuple] = set()
-        for (proc, kind, ident, leased), items in groups.items():
-            doc = seen.get(COLLECTIONS[kind], {}).get(ident)
-            last = max(s for s, _ in items)
-            if doc is None or int((doc.get("applied") or {}).get(proc, 0)) < last:
-                await self._apply_one(proc, kind, ident, leased, items)
-                # What was read is from before this: not the balance after.
-                long_way.add((kind, ident))
-                touched.pop((kind, ident), None)
-            elif (kind, ident) not in long_way:
-                touched[(kind, ident)] = doc
-                b = self._bal.get((kind, ident))
-                if b is not None:
-                    self._learn(b, doc)
-            b = self._bal.get((kind, ident)) if proc in self.own_ids else None
-            run = b.shown.runs.get(proc) if b is not None else None
-            if run is not None:
-                # By sequence number, so a batch applied again changes nothing.
-                run.applied(last, time.monotonic())
-        for d in moves:
-            got = seen.get(d.collection)
-            doc = None if got is None else got.get(d.id)
-            if got is not None and (
-                    doc is None or int((doc.get(rollups.MARK) or {}).get(d.proc, -1)) < d.last):
-                await self._rollup_one(d)
-            if d.proc == self.pid:
-                self._rolled.setdefault(int(d.dims["day"]), set()).add(
-                    (d.collection, d.id, d.proc))
-        self._forget_rolled()
-        return touched
-
-    async def _bulk(self, coll: str, ops: list, expected: int = -1) -> dict | None:
-        """One collection's updates as one command, then its documents read
-        back ({_id: document}: the balance's figures, or the rollup's
-        marks).  Each of a rollup's (document, process) changes has at most
-        one form that can match, so when `expected` matched, each did:
-        nothing is read back (None)."""
-        applied = await bulk_apply(self.store.db[coll], ops)
-        balances = coll in COLLECTIONS.values()
-        if not balances and applied == expected:
-            return None
-        return await read_marks(self.store.db[coll], [op.ident for op in ops],
-                                BALANCE_FIELDS if balances else {rollups.MARK: 1})
-
-    def _rolled_hint(self, d: rollups.Delta) -> bool | None:
-        """Whether document d has this process's mark (None: not known)."""
-        if d.proc != self.pid:
-            return None
-        return (d.collection, d.id, d.proc) in self._rolled.get(int(d.dims["day"]), ())
-
-    def _forget_rolled(self) -> None:
-        """Days before yesterday get no more records of this process."""
-        today = rollups.day_of(time.time())
-        for day in [d for d in self._rolled if d < today - rollups.DAY]:
-            del self._rolled[day]
-
-    async def _rollup_one(self, d: rollups.Delta) -> None:
-        """One rollup document the long way: only the records after its mark."""
-        coll = self.store.db[d.collection]
-        mark = f"{rollups.MARK}.{d.proc}"
-        for _ in range(6):
-            doc = await coll.find_one({"_id": d.id}, {rollups.MARK: 1})
-            seen = None if doc is None else (doc.get(rollups.MARK) or {}).get(d.proc)
-            inc = d.inc(-1 if seen is None else int(seen))
-            if not inc:
-                return
-            if seen is None:
-                flt = {"_id": d.id, mark: {"$exists": False}}
-                update = {"$inc": inc, "$set": {mark: d.last}, "$setOnInsert": d.dims}
-            else:
-                flt = {"_id": d.id, mark: int(seen)}
-                update = {"$inc": inc, "$set": {mark: d.last}}
-            try:
-                r = await coll.update_one(flt, update, upsert=seen is None)
-            except DuplicateKeyError:
-                continue  # made meanwhile by another relay: read it again
-            if r.matched_count or r.upserted_id is not None:
-                return
-        raise PyMongoError(f"could not add usage to rollup {d.id}: it kept changing")
-
-    async def _read_back(self, records: list[dict], applied: dict[tuple, dict]) -> None:
-        """The balances just applied that someone watches (`watched`:
-        accounts with quota warnings), as they are after the apply: the
-        truth the hooks decide warnings from (`on_applied`, given what the
-        batch took from each), and what this relay sizes its leases by.
-
-        `applied` holds the documents _apply read back after its bulk write
-        (one find per collection, which it needs for the marks anyway, and
-        which it learnt from already); only the few it applied the long way
-        are read again, one find per collection."""
-        paid: dict[tuple[str, int], int] = {}
-        watched = self.watched
-        for r in records:
-            # Budgets with a limit are always read back: their 80% notice,
-            # and the month's spend that rate tiers are decided from.
-            for cid, limited in r.get("budgets") or ():
-                if limited or (BUDGET, cid) in self._bal:
-                    paid[(BUDGET, cid)] = paid.get((BUDGET, cid), 0) + int(r.get("quota") or 0)
-            if watched is not None and not watched(r["user_id"]):
-                continue
-            for kind, ident, leased in subjects_of(r):
-                if kind == BUDGET:
-                    continue
-                paid[(kind, ident)] = paid.get((kind, ident), 0) + (
-                    int(r.get("quota") or 0) if leased else 0)
-        for kind, coll in COLLECTIONS.items():
-            ids = [i for k, i in paid if k == kind]
-            docs = [applied[(kind, i)] for i in ids if (kind, i) in applied]
-            rest = [i for i in ids if (kind, i) not in applied]
-            if rest:
-                async for doc in self.store.db[coll].find({"_id": {"$in": rest}}):
-                    b = self._bal.get((kind, doc["_id"]))
-                    if b is not None:
-                        self._learn(b, doc)
-                    docs.append(doc)
-            for doc in docs:
-                for fn in self.on_applied:
-                    fn(kind, doc, paid.get((kind, doc["_id"]), 0))
-
-    async def _apply_one(self, proc: str, kind: str, ident: int, leased: bool,
-                         items: list[tuple[int, int]]) -> int:
-        """Apply one process's records to one balance; returns the amount
-        newly applied by this call (all of the batch's spend is accounted
-        for either way: what is not applied now was applied before)."""
-        coll = self.store.db[COLLECTIONS[kind]]
-        mark, lease = f"applied.{proc}", f"leases.{proc}"
-        first, last = min(s for s, _ in items), max(s for s, _ in items)
-        total = sum(q for _, q in items)
-        # Flat filters, the usual case first: a `$or` would need `$and`
-        # around it on nx-27017 (models/compat.py), four times slower there.
-        marks: list = [{"$lt": first}, {"$exists": False}]
-        for _ in range(6):
-            attempts = []
-            for m in marks:
-                if not leased:
-                    attempts.append(({mark: m}, {"used_quota": total}))
-                else:
-                    attempts += [({mark: m, lease: {"$exists": True}},
-                                  {lease: -total, "used_quota": total}),
-                                 ({mark: m, lease: {"$exists": False}},
-                                  {"quota": -total, "used_quota": total})]
-            for flt, inc in attempts:
-                r = await coll.update_one({"_id": ident, **flt},
-                                          {"$inc": inc, "$set": {mark: last}})
-                if r.matched_count:
-                    return total
-            # Some of it was applied before (a retry, or a reclaim that raced
-            # a replay): apply only the records after the stored marker.
-            doc = await coll.find_one({"_id": ident}, {"applied": 1})
-            if doc is None:
-                log.error("usage of %s %s applied to nothing: the %s is gone", kind, ident, kind)
-                return total
-            seen = int((doc.get("applied") or {}).get(proc, 0))
-            rest = [(s, q) for s, q in items if s > seen]
-            if not rest:
-                return 0
-            first, total = min(s for s, _ in rest), sum(q for _, q in rest)
-            marks = [seen]
-        raise PyMongoError(f"could not apply usage to {kind} {ident}: it kept changing")
 
     async def _release_idle(self, release_all: bool) -> None:
         """Give back the leases of balances idle for idle_release, at most
