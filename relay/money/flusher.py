@@ -128,15 +128,19 @@ class Flusher(Applier):
         reclaim pass, like any record after `applied_upto`
         (relay/money/leases.py).  Returns True while older records wait in
         the spill file."""
-        await self._store_batch()
+        took = await self._store_batch()
         if not defer:
             await self.apply_stored(release_all)
-        return not self.journal.spill.empty
+        # Not busy while the apply is behind and nothing is taken: the
+        # store loop would spin on the spill file.
+        return took and not self.journal.spill.empty
 
-    async def _store_batch(self) -> None:
+    async def _store_batch(self) -> bool:
+        """Store a batch from the journal; False when none was taken."""
         async with self._flush_lock:
             started = time.time()
-            if len(self._unapplied) >= 2 * APPLY_MAX:
+            taken = len(self._unapplied) < 2 * APPLY_MAX
+            if not taken:
                 # Applying is failing while storing is not: take no more (the
                 # journal's guard moves what waits to the spill file).
                 batch, offset = [], None
@@ -165,6 +169,7 @@ class Flusher(Applier):
                     "created_at", started)
                 await self._db(self.store.db.processes.update_one(
                     {"_id": self.pid}, {"$max": {"flushed_at": min(durable, started)}}))
+            return taken
 
     async def apply_stored(self, release_all: bool = False) -> None:
         """Apply every record stored and not yet applied (one apply at a
