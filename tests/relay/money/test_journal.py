@@ -250,3 +250,34 @@ def test_a_call_that_settles_after_billing_stopped_is_still_recorded(mongo_url, 
         await nxt.stop()
         await store.close()
     run(go())
+
+
+def test_records_are_stored_while_an_apply_takes_long(mongo_url, tmp_path):
+    """The flusher stores records every tick even while an apply is still
+    running (relay/money/flusher.py): had the ticks waited for it, records
+    made meanwhile would have gone to the spill file after one interval.
+    The apply is held here by holding its lock, as a long apply holds it."""
+    async def go():
+        store = await _store(mongo_url)
+        b = _billing(store, tmp_path, "P", flush_interval=0.2)
+        await b.start_up([])
+        b.start()
+        await b._apply_lock.acquire()
+        try:
+            ids = await _charge(b, 30)
+            await asyncio.sleep(1.5)            # over seven intervals
+            stored = [r["_id"] async for r in store.db.usage.find({}, {"_id": 1})]
+            assert sorted(stored) == sorted(ids)
+            assert b.journal.spill.empty and not b.journal.pending
+            assert (await store.db.tokens.find_one({"_id": 1}))["used_quota"] == 0
+        finally:
+            b._apply_lock.release()
+        await asyncio.sleep(1.0)                # two intervals and a tick, and more
+        assert (await store.db.tokens.find_one({"_id": 1}))["used_quota"] == 3000
+        await b.stop()
+        books = await _books(store)
+        assert books["users"] == books["tokens"] == (INITIAL - 3000, 3000)
+        assert books["records"] == 3000 and books["count"] == 30
+        assert all(v == (30, 3000) for v in books["rolled"].values()), books["rolled"]
+        await store.close()
+    run(go())
