@@ -10,6 +10,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from models.embedded import EmbeddedMongo  # noqa: E402
+from tests.fakes.anthropic_upstream import FakeAnthropic  # noqa: E402
+from tests.fakes.gemini_upstream import FakeGemini  # noqa: E402
 from tests.fakes.openai_upstream import FakeOpenAI  # noqa: E402
 from tests.helpers import Api, RelayProcess  # noqa: E402
 
@@ -81,3 +83,15 @@ def fake():
     f = FakeOpenAI().start()
     yield f
     f.stop()
+
+
+@pytest.fixture(scope="module")
+def fakes():
+    """One fake upstream per vendor family, {"openai", "anthropic",
+    "gemini"}, for a test module (a module that needs another set adds to
+    it by overriding `fakes` and asking for this one)."""
+    got = {"openai": FakeOpenAI().start(), "anthropic": FakeAnthropic().start(),
+           "gemini": FakeGemini().start()}
+    yield got
+    for f in got.values():
+        f.stop()

@@ -2,6 +2,31 @@
 from __future__ import annotations
 
 import time
+import uuid
+
+from models.store import Store
+
+
+class Clock:
+    """The time the notifier reads (its `clock=`), moved by the test."""
+
+    def __init__(self, t: float = 1_800_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def fresh_store(mongo_url: str, prefix: str, users=(), tokens=()) -> Store:
+    """A started Store on a database of its own (named `prefix` + a random
+    tail) on the test's server, with these users and tokens in it."""
+    store = Store(mongo_url, db_name=prefix + uuid.uuid4().hex[:8])
+    await store.start()
+    if users:
+        await store.db.users.insert_many(list(users))
+    if tokens:
+        await store.db.tokens.insert_many(list(tokens))
+    return store
 
 
 def wait_for(cond, timeout=30.0, what="condition"):

@@ -6,22 +6,13 @@ subscriber's language."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 from models.secrets import Vault
-from models.store import Store
 from notify.bus import Bus
 from notify.cache_watch import MIN_TOKENS, CacheWatch
 from notify.events import Events
 from notify.subscriptions import Subscriptions
-
-
-class Clock:
-    def __init__(self, t: float = 1_800_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+from tests.notify.notify_helpers import Clock, fresh_store
 
 
 class Proc:
@@ -42,12 +33,11 @@ class Proc:
 
 
 async def setup(mongo_url):
-    store = Store(mongo_url, db_name="t_cw_" + uuid.uuid4().hex[:8])
-    await store.start()
-    await store.db.users.insert_one({"_id": 1, "username": "ann", "email": "a@x.test",
-                                     "language": "zh-CN"})
-    await store.db.tokens.insert_many([{"_id": 11, "user_id": 1, "name": "agent"},
-                                       {"_id": 12, "user_id": 1, "name": "batch"}])
+    store = await fresh_store(
+        mongo_url, "t_cw_",
+        users=[{"_id": 1, "username": "ann", "email": "a@x.test", "language": "zh-CN"}],
+        tokens=[{"_id": 11, "user_id": 1, "name": "agent"},
+                {"_id": 12, "user_id": 1, "name": "batch"}])
     return store, Vault("test-secret")
 
 

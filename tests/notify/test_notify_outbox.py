@@ -11,19 +11,11 @@ from collections import Counter
 import pytest
 
 from models.secrets import Vault
-from models.store import Store
 from notify.bus import Bus
 from notify.service import Notifier
 from settings import Settings
 from tests.fakes.notify_receivers import NotifyReceivers
-
-
-class Clock:
-    def __init__(self, t: float = 1_800_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+from tests.notify.notify_helpers import Clock, fresh_store
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +44,8 @@ async def pump(n: Notifier) -> None:
 
 
 async def setup(mongo_url, users=1):
-    store = Store(mongo_url, db_name="t_ob_" + uuid.uuid4().hex[:8])
-    await store.start()
-    await store.db.users.insert_many([{"_id": i, "username": f"u{i}", "email": f"u{i}@x.test"}
-                                      for i in range(1, users + 1)])
-    return store
+    return await fresh_store(mongo_url, "t_ob_", users=[
+        {"_id": i, "username": f"u{i}", "email": f"u{i}@x.test"} for i in range(1, users + 1)])
 
 
 async def hook_sub(n, user_id, url, etype="announcement"):

@@ -7,7 +7,6 @@ embedded MongoDB-compatible server."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 from models.secrets import Vault
 from models.store import Store
@@ -15,14 +14,7 @@ from notify.bus import Bus
 from notify.events import Events
 from notify.rules import Rules
 from notify.subscriptions import Subscriptions
-
-
-class Clock:
-    def __init__(self, t: float = 1_800_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+from tests.notify.notify_helpers import Clock, fresh_store
 
 
 class Proc:
@@ -49,15 +41,14 @@ class Proc:
 
 
 async def setup(mongo_url):
-    store = Store(mongo_url, db_name="t_thr_" + uuid.uuid4().hex[:8])
-    await store.start()
-    vault = Vault("test-secret")
-    await store.db.users.insert_many([{"_id": 1, "username": "ann", "email": "a@x.test"},
-                                      {"_id": 2, "username": "bob", "email": "b@x.test"}])
-    await store.db.tokens.insert_many([{"_id": 11, "user_id": 1, "name": "k-one"},
-                                       {"_id": 12, "user_id": 1, "name": "k-two"},
-                                       {"_id": 13, "user_id": 1, "name": "k-three"}])
-    return store, vault
+    store = await fresh_store(
+        mongo_url, "t_thr_",
+        users=[{"_id": 1, "username": "ann", "email": "a@x.test"},
+               {"_id": 2, "username": "bob", "email": "b@x.test"}],
+        tokens=[{"_id": 11, "user_id": 1, "name": "k-one"},
+                {"_id": 12, "user_id": 1, "name": "k-two"},
+                {"_id": 13, "user_id": 1, "name": "k-three"}])
+    return store, Vault("test-secret")
 
 
 def sub_body(**kw):

@@ -17,23 +17,11 @@ import requests
 from models.records import Price
 from relay import bounds
 from relay.adaptors.base import Call
-from tests.fakes.anthropic_upstream import FakeAnthropic
-from tests.fakes.gemini_upstream import FakeGemini
-from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import Api, RelayProcess, eventually
 from tests.tenant import Tenant
 
 MODEL = "bound-model"   # not in the catalogue: only max_tokens and n bound it
 HI = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def fakes():
-    got = {"openai": FakeOpenAI().start(), "anthropic": FakeAnthropic().start(),
-           "gemini": FakeGemini().start()}
-    yield got
-    for f in got.values():
-        f.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,6 @@ import pytest
 import requests
 
 from relay.money import tokenizer
-from tests.fakes.anthropic_upstream import FakeAnthropic
-from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.text_upstream import FakeText
 from tests.tenant import Tenant
 
@@ -24,12 +22,11 @@ MODEL = "long-prompt-model"   # unknown to the catalogue: no context window caps
 
 
 @pytest.fixture(scope="module")
-def fakes():
-    got = {"text": FakeText().start(), "anthropic": FakeAnthropic().start(),
-           "gemini": FakeGemini().start()}
-    yield got
-    for f in got.values():
-        f.stop()
+def fakes(fakes):
+    """tests/conftest.py's Anthropic and Gemini fakes, and the text fake for OpenAI."""
+    text = FakeText().start()
+    yield {"text": text, "anthropic": fakes["anthropic"], "gemini": fakes["gemini"]}
+    text.stop()
 
 
 @pytest.fixture(scope="module")

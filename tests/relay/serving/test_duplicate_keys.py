@@ -14,19 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.serving import jsonin
-from tests.fakes.anthropic_upstream import FakeAnthropic
-from tests.fakes.gemini_upstream import FakeGemini
-from tests.fakes.openai_upstream import FakeOpenAI
 from tests.tenant import Tenant
-
-
-@pytest.fixture(scope="module")
-def fakes():
-    got = {"openai": FakeOpenAI().start(), "anthropic": FakeAnthropic().start(),
-           "gemini": FakeGemini().start()}
-    yield got
-    for f in got.values():
-        f.stop()
 
 
 @pytest.fixture(scope="module")
