@@ -21,6 +21,41 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "browser: drives headless Chromium")
 
 
+# The modules that take longest (a minute or more each, measured with
+# --durations), longest first.  tests/run.sh hands whole modules to worker
+# processes in collection order (--dist loadfile --no-loadscope-reorder), so
+# these start first and no worker is left running one of them alone at the
+# end while the others wait.  A module not listed keeps its place after them.
+LONGEST_FIRST = (
+    "tests/console/test_million_records.py",
+    "tests/relay/money/test_money_crash.py",
+    "tests/handlers/test_fuzz_api.py",
+    "tests/ui/test_console_zh.py",
+    "tests/ui/test_console_browser_admin.py",
+    "tests/ui/test_console_browser.py",
+    "tests/ui/test_console_fit.py",
+    "tests/relay/money/test_across_relays.py",
+    "tests/relay/money/test_billing_property.py",
+    "tests/test_lifecycle.py",
+    "tests/handlers/test_sessions.py",
+    "tests/relay/faces/test_fuzz_faces.py",
+    "tests/notify/test_notify_api.py",
+    "tests/handlers/test_small_holes.py",
+    "tests/handlers/test_signin_throttle.py",
+    "tests/relay/faces/test_image_edits_translations.py",
+    "tests/relay/test_responses_socket.py",
+    "tests/handlers/test_accounts.py",
+    "tests/relay/money/test_limits.py",
+    "tests/relay/faces/test_audio.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    # Stable: the tests of a module, and the modules not listed, keep their order.
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def pytest_sessionfinish(session, exitstatus):
     """In CI nothing may skip: a missing CLI, browser or library that a
     developer may lack locally would otherwise hide a failure there."""

@@ -64,6 +64,24 @@ fi
 # The coding-agent CLIs and Node SDKs the end-to-end tests drive (tests/clients).
 npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
 # Store fidelity (issue 9): the suite below runs it against the embedded
-# default; here it runs against SecantusDB too, as a separate process.
-.venv/bin/python -m tests.fidelity_on secantus
-exec .venv/bin/python -m pytest "$@"
+# default; here it runs against SecantusDB too, as a separate process, at
+# the same time as the suite (it mostly waits on its server), its report
+# printed after the suite's.
+fidelity_log=$(mktemp)
+.venv/bin/python -m tests.fidelity_on secantus >"$fidelity_log" 2>&1 &
+fidelity=$!
+# The suite runs in worker processes (pytest-xdist), each with its own
+# database server, relays and fakes on free ports: most tests wait on
+# time (flush intervals, processes starting) rather than on a core.  A
+# module stays on one worker (--dist loadfile): its relay and fixtures are
+# started once; the longest modules go first (tests/conftest.py,
+# LONGEST_FIRST).  RELAY_TEST_WORKERS=0 runs it in this one process; a `-n`
+# given here wins over both.
+status=0
+.venv/bin/python -m pytest -n "${RELAY_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
+  "$@" || status=$?
+wait "$fidelity" || { echo "tests/run.sh: the store fidelity suite on SecantusDB failed" >&2; status=1; }
+echo "---- store fidelity on SecantusDB (tests/fidelity_on.py) ----"
+cat "$fidelity_log"
+rm -f "$fidelity_log"
+exit "$status"
