@@ -67,6 +67,8 @@ npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
 # default; here it runs against SecantusDB too, as a separate process, at
 # the same time as the suite (it mostly waits on its server), its report
 # printed after the suite's.
+echo "tests/run.sh: installs done in ${SECONDS}s"
+installed_at=$SECONDS
 fidelity_log=$(mktemp)
 .venv/bin/python -m tests.fidelity_on secantus >"$fidelity_log" 2>&1 &
 fidelity=$!
@@ -78,10 +80,13 @@ fidelity=$!
 # LONGEST_FIRST).  RELAY_TEST_WORKERS=0 runs it in this one process; a `-n`
 # given here wins over both.
 status=0
+# --durations: CI's log names the slowest tests, for the next look at the budget.
 .venv/bin/python -m pytest -n "${RELAY_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
-  "$@" || status=$?
+  --durations=30 "$@" || status=$?
+echo "tests/run.sh: suite done in $((SECONDS - installed_at))s"
 wait "$fidelity" || { echo "tests/run.sh: the store fidelity suite on SecantusDB failed" >&2; status=1; }
 echo "---- store fidelity on SecantusDB (tests/fidelity_on.py) ----"
 cat "$fidelity_log"
 rm -f "$fidelity_log"
+echo "tests/run.sh: ${SECONDS}s in all"
 exit "$status"
