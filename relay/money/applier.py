@@ -90,7 +90,11 @@ class Applier(Leases):
         self._rolled: dict[int, set] = {}
 
     async def _db(self, aw):
-        return await asyncio.wait_for(aw, self.db_timeout)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the
+        # result of a call that ends as the task is cancelled, and the cancel
+        # is lost, so a loop never stops (tests/relay/money/test_cancel_lands.py).
+        async with asyncio.timeout(self.db_timeout):
+            return await aw
 
     async def _apply(self, records: list[dict]) -> dict:
         """Apply records to the balances and the rollups, idempotently (see

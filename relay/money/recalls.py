@@ -112,7 +112,7 @@ class Recalls:
         while True:
             started = time.monotonic()
             try:
-                await asyncio.wait_for(self.answer_recalls(), self.db_timeout)
+                await self._db(self.answer_recalls())   # not wait_for: see Flusher._db
                 self.recalls_read, self.recalls_failing = started, False
             except asyncio.CancelledError:
                 raise
