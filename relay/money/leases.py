@@ -412,6 +412,13 @@ class Leases(Recalls, Processes):
         that no reserve can take it meanwhile; if the answer is lost it
         counts as given (the database may have taken it): at worst it waits
         in the lease until this process is reclaimed, never spent twice."""
+        if time.monotonic() - self._last_heartbeat > self.stale_after * 3 / 8:
+            # Cut off as long as check_open() refuses calls for: another
+            # relay may have declared us dead and returned this lease already;
+            # given back again, it would be in `quota` twice.  It waits in the
+            # lease until our next heartbeat (which fences us if we were
+            # declared dead) or our reclaim.
+            return
         async with b.lock:
             give = max(b.available, 0)
             b.held -= give

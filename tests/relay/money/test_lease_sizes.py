@@ -126,3 +126,40 @@ def test_a_lowering_takes_the_other_relays_lease_back_before_it_sets(mongo_url, 
         assert doc["quota"] == 0 and doc["used_quota"] == 1000 and not doc.get("leases"), doc
         await store.close()
     run(go())
+
+
+def test_a_relay_cut_off_gives_no_lease_back_that_another_may_have_returned(mongo_url, tmp_path):
+    """A relay whose heartbeat is late (a starved loop, a slow database) may
+    have been declared dead by another relay, which returned its leases to
+    `quota`.  Were it to give its idle lease back now, the same units would
+    be in `quota` twice (its lease left negative until its old id is
+    reclaimed again), and other relays could lease and spend them."""
+    async def go():
+        store = await _store(mongo_url, 2_400_000)
+        a = await _relay(store, tmp_path, "A", start=False)
+        b = await _relay(store, tmp_path, "B", start=False)
+        await _call(a, 1000)
+        await a.flush()                     # a's call stored and applied
+        held = (await _leases(store))["A"]
+        assert held > 0
+        # a's loop starved: no heartbeat for longer than the threshold.
+        await store.db.processes.update_one({"_id": "A"}, {"$set": {"heartbeat": 0}})
+        a._last_heartbeat -= a.stale_after
+        await b.reclaim_stale()             # b declares a dead: a's lease back in quota
+        doc = await store.db.users.find_one({"_id": 1})
+        assert "A" not in (doc.get("leases") or {})
+        assert int(doc["quota"]) == 2_400_000 - 1000
+        await a.flush(release_all=True)     # a, not knowing, lets its idle lease go
+        doc = await store.db.users.find_one({"_id": 1})
+        assert all(int(v) >= 0 for v in (doc.get("leases") or {}).values()), doc.get("leases")
+        assert int(doc["quota"]) == 2_400_000 - 1000, "a lease given back twice"
+        await a.heartbeat()                 # a learns it was declared dead, and goes on
+        assert a.pid != "A"
+        await _call(a, 1000)
+        await a.flush()
+        for r in (a, b):
+            await r.stop()
+        doc = await store.db.users.find_one({"_id": 1})
+        assert int(doc["quota"]) == 2_400_000 - 2000 and not (doc.get("leases") or {})
+        await store.close()
+    run(go())
