@@ -21,6 +21,9 @@ log = logging.getLogger("relay.billing")
 # A tombstone (and the applied.<P> markers it vouches for) is kept this long
 # for a late spill replay of a dead process.
 TOMBSTONE_DAYS = 7
+# The heartbeat another relay writes when it claims a stale process for
+# reclaiming: below any time, so still stale, and never written by a live one.
+CLAIMED = -1.0
 
 
 class Processes:
@@ -36,8 +39,11 @@ class Processes:
         self._last_heartbeat = time.monotonic()
 
     async def heartbeat(self) -> None:
+        # Not once another relay has claimed us for reclaiming (CLAIMED): we
+        # fence ourselves instead, as it may be returning our leases.
         r = await self.store.db.processes.update_one(
-            {"_id": self.pid, "dead": False}, {"$set": {"heartbeat": time.time()}})
+            {"_id": self.pid, "dead": False, "heartbeat": {"$gte": 0}},
+            {"$set": {"heartbeat": time.time()}})
         if r.matched_count == 0:
             await self._fence()
         self._last_heartbeat = time.monotonic()
@@ -65,16 +71,31 @@ class Processes:
         # Declared dead at 3/4 of the threshold: with a heartbeat and a check
         # every 1/12 of it, a dead process's leases are back within it.
         cutoff = time.time() - self.stale_after * 3 / 4
-        dead = [d["_id"] async for d in self.store.db.processes.find(
-            {"dead": False, "heartbeat": {"$lt": cutoff}}, {"_id": 1})]
-        returned = 0
-        for pid in dead:
-            if pid != self.pid:
-                returned += await self.reclaim(pid)
+        returned = await self.reclaim_claimed(await self.stale_ids(cutoff), cutoff)
         # The relays alive now (this one included): leases are taken per
         # call only where more than one may spend a balance (leases.py).
         self.relays = await self.store.db.processes.count_documents({"dead": False})
         await self._forget_tombstones()
+        return returned
+
+    async def stale_ids(self, cutoff: float) -> list[str]:
+        return [d["_id"] async for d in self.store.db.processes.find(
+            {"dead": False, "heartbeat": {"$lt": cutoff}}, {"_id": 1}) if d["_id"] != self.pid]
+
+    async def reclaim_claimed(self, pids: list[str], cutoff: float) -> int:
+        """Reclaim each of `pids` that is still stale when claimed.  A
+        heartbeat that landed since they were read means the process lives
+        and may be spending its leases: returned then, they would be spent
+        twice.  The claim is atomic with that check, and a claimed process's
+        own heartbeat no longer matches (it fences itself); a claim whose
+        reclaimer died is still stale, so the next pass takes it over."""
+        returned = 0
+        for pid in pids:
+            r = await self.store.db.processes.update_one(
+                {"_id": pid, "dead": False, "heartbeat": {"$lt": cutoff}},
+                {"$set": {"heartbeat": CLAIMED}})
+            if r.matched_count:
+                returned += await self.reclaim(pid)
         return returned
 
     async def reclaim(self, pid: str, first_spilled: int | None = None,

@@ -338,6 +338,25 @@ def test_conditional_lease_update(db):
     case(db, body)
 
 
+def test_claim_of_a_stale_process_and_a_heartbeat_after_it(db):
+    """relay/money/processes.py: a stale process is claimed (heartbeat -1)
+    only while still stale, and its own heartbeat no longer matches then."""
+    async def body(db):
+        await db.processes.insert_one({"_id": "A", "dead": False, "heartbeat": 1000.5})
+        stale = {"_id": "A", "dead": False, "heartbeat": {"$lt": 2000.25}}
+        assert (await db.processes.update_one(stale, {"$set": {"heartbeat": -1.0}})).matched_count
+        beat = {"_id": "A", "dead": False, "heartbeat": {"$gte": 0}}
+        assert not (await db.processes.update_one(beat, {"$set": {"heartbeat": 3000.5}})
+                    ).matched_count
+        # Claimed, its reclaimer gone: still stale, so the next pass takes it over.
+        assert (await db.processes.update_one(stale, {"$set": {"heartbeat": -1.0}})).matched_count
+        await db.processes.update_one({"_id": "A"}, {"$set": {"heartbeat": 0}})
+        assert (await db.processes.update_one(beat, {"$set": {"heartbeat": 3000.5}})).matched_count
+        assert not (await db.processes.update_one(stale, {"$set": {"heartbeat": -1.0}})
+                    ).matched_count
+    case(db, body)
+
+
 def test_apply_marker_update_and_unset(db):
     """The shapes of relay/money/leases.py: apply once per marker, return a lease."""
     async def body(db):

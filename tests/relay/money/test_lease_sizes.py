@@ -4,6 +4,7 @@ relay leases, when it leases per call, how a short relay gets the rest back
 by a recall, and how a lowering binds the other relay.  The processes test
 is tests/relay/money/test_across_relays.py."""
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -158,6 +159,43 @@ def test_a_relay_cut_off_gives_no_lease_back_that_another_may_have_returned(mong
         await _call(a, 1000)
         await a.flush()
         for r in (a, b):
+            await r.stop()
+        doc = await store.db.users.find_one({"_id": 1})
+        assert int(doc["quota"]) == 2_400_000 - 2000 and not (doc.get("leases") or {})
+        await store.close()
+    run(go())
+
+
+def test_a_relay_that_beats_after_it_was_found_stale_keeps_its_lease(mongo_url, tmp_path):
+    """Another relay reads the stale processes, then reclaims them one by
+    one; a heartbeat that lands between the two means the process lives (and
+    may spend its lease).  It is not reclaimed; a process claimed first
+    learns it at its next heartbeat and goes on under a new id."""
+    async def go():
+        store = await _store(mongo_url, 2_400_000)
+        a = await _relay(store, tmp_path, "A", start=False)
+        b = await _relay(store, tmp_path, "B", start=False)
+        c = await _relay(store, tmp_path, "C", start=False)
+        await _call(a, 1000)
+        await a.flush()
+        held = (await _leases(store))["A"]
+        await store.db.processes.update_one({"_id": "A"}, {"$set": {"heartbeat": 0}})
+        cutoff = time.time() - b.stale_after * 3 / 4
+        found = await b.stale_ids(cutoff)
+        assert found == ["A"]
+        await a.heartbeat()                 # a's heartbeat lands after b read it
+        assert await b.reclaim_claimed(found, cutoff) == 0
+        assert (await _leases(store))["A"] == held and a.pid == "A"
+        # Now claimed before its heartbeat: reclaimed, and a fences itself.
+        await store.db.processes.update_one({"_id": "A"}, {"$set": {"heartbeat": 0}})
+        found = await c.stale_ids(cutoff)
+        assert await c.reclaim_claimed(found, cutoff) >= held   # the key's lease too
+        assert "A" not in await _leases(store)
+        await a.heartbeat()
+        assert a.pid != "A"
+        await _call(a, 1000)
+        await a.flush()
+        for r in (a, b, c):
             await r.stop()
         doc = await store.db.users.find_one({"_id": 1})
         assert int(doc["quota"]) == 2_400_000 - 2000 and not (doc.get("leases") or {})
