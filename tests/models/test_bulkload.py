@@ -43,6 +43,17 @@ def _rows(path, table) -> dict:
         db.close()
 
 
+def _rebuilt(path: str) -> dict:
+    """The rollups made again from the records alone (rollups.build_file)."""
+    conn = sqlite3.connect(path)
+    for c in rollups.COLLECTIONS:
+        conn.execute(f'DELETE FROM "{c}"')
+    conn.commit()
+    conn.close()
+    rollups.build_file(path)
+    return {c: _rows(path, c) for c in rollups.COLLECTIONS}
+
+
 def test_built_records_and_rollups_are_the_relays_own(tmp_path, fake):
     data = str(tmp_path / "data")
     relay = RelayProcess("", data).start()
@@ -69,13 +80,7 @@ def test_built_records_and_rollups_are_the_relays_own(tmp_path, fake):
     flushed = {c: _rows(path, c) for c in rollups.COLLECTIONS}
     assert all(flushed.values())
     # The flusher's rollups, made again from the records alone.
-    conn = sqlite3.connect(path)
-    for c in rollups.COLLECTIONS:
-        conn.execute(f'DELETE FROM "{c}"')
-    conn.commit()
-    conn.close()
-    rollups.build_file(path)
-    assert {c: _rows(path, c) for c in rollups.COLLECTIONS} == flushed
+    assert _rebuilt(path) == flushed
     # Records built into the same file have the real ones' fields and types.
     pop = bulkload.Population(keys=[(7, "u7", 70, "k70"), (8, "u8", 80, "k80")], heavy=[0],
                               models=["m1", "m2"], channels=[1, 2], now=time.time(),
@@ -90,13 +95,7 @@ def test_built_records_and_rollups_are_the_relays_own(tmp_path, fake):
     assert rollups.build_built(path, sums) > 0
     fast = {c: _rows(path, c) for c in rollups.COLLECTIONS}
     assert all(len(fast[c]) > len(flushed[c]) for c in rollups.COLLECTIONS)
-    conn = sqlite3.connect(path)
-    for c in rollups.COLLECTIONS:
-        conn.execute(f'DELETE FROM "{c}"')
-    conn.commit()
-    conn.close()
-    rollups.build_file(path)
-    assert {c: _rows(path, c) for c in rollups.COLLECTIONS} == fast
+    assert _rebuilt(path) == fast
     for status in (200, 429):
         mine = [d for d in built if d["status"] == status]
         assert mine, status
