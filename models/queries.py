@@ -71,14 +71,7 @@ def usage_filter(fields: dict, since: float | None = None, until: float | None =
             indexed = True
         else:
             flt[name] = {"$in": [value]}
-    rng = {}
-    if since is not None:
-        rng["$gte"] = float(since)
-    if until is not None:
-        rng["$lt"] = float(until)
-    if rng:
-        flt["created_at"] = rng
-    return flt
+    return _half_open(flt, "created_at", since, until, float)
 
 
 def _with_time(flt: dict, op: str, value: float) -> dict:
@@ -147,14 +140,7 @@ def rollup_match(fields: dict, first_day: int | None = None, end_day: int | None
         if value is None:
             continue
         flt[name] = {"$eq": value} if name == lead else {"$in": [value]}
-    rng = {}
-    if first_day is not None:
-        rng["$gte"] = int(first_day)
-    if end_day is not None:
-        rng["$lt"] = int(end_day)
-    if rng:
-        flt["day"] = rng
-    return flt
+    return _half_open(flt, "day", first_day, end_day, int)
 
 
 async def rollup_sums(coll, flt: dict, fields: list[str], by: str | None = None) -> dict:
@@ -167,3 +153,15 @@ async def rollup_sums(coll, flt: dict, fields: list[str], by: str | None = None)
         group[f] = {"$sum": f"${f}"}
     rows = await (await coll.aggregate([{"$match": flt}, {"$group": group}])).to_list(None)
     return {r["_id"]: {f: int(r.get(f) or 0) for f in fields} for r in rows}
+
+
+def _half_open(flt: dict, field: str, lo, hi, kind) -> dict:
+    """`flt` with lo <= field < hi where either end is given."""
+    rng = {}
+    if lo is not None:
+        rng["$gte"] = kind(lo)
+    if hi is not None:
+        rng["$lt"] = kind(hi)
+    if rng:
+        flt[field] = rng
+    return flt
