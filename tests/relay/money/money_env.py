@@ -115,3 +115,14 @@ def assert_books(b: dict, env) -> None:
 
 def client(url: str):
     return MongoClient(url, serverSelectionTimeoutMS=10000)
+
+
+def record(env, rid: str) -> dict:
+    """The usage record of request `rid`, as the user's log shows it once applied."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        for r in env["api"].get("/api/log/self?size=100")["data"]["items"]:
+            if r["request_id"] == rid:
+                return r
+        time.sleep(0.1)
+    raise AssertionError(f"no usage record for {rid}")

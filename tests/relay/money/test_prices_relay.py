@@ -20,6 +20,7 @@ from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.helpers import USER_PASSWORD, Api
+from tests.relay.money.money_env import record
 
 
 @pytest.fixture(scope="module")
@@ -50,16 +51,6 @@ def env(relay, admin):
 def token(env, group="default"):
     return env["api"].create_token(name="k" + uuid.uuid4().hex[:6], remain_quota=10 ** 10,
                                    group=group)
-
-
-def record(env, rid: str) -> dict:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        for r in env["api"].get("/api/log/self?size=100")["data"]["items"]:
-            if r["request_id"] == rid:
-                return r
-        time.sleep(0.1)
-    raise AssertionError(f"no usage record for {rid}")
 
 
 def used(env, tok) -> int:

@@ -14,6 +14,7 @@ from pymongo import MongoClient
 from models.records import Group, parse_rate_tiers
 from relay.money import budgets, rates
 from tests.helpers import USER_PASSWORD, Api
+from tests.relay.money.money_env import record
 
 MODEL = "rate-rule-model"   # $2 a million input tokens: a token is one unit
 USD = 500_000
@@ -104,16 +105,6 @@ def call(env, key, prompt: int, stream=False):
                       headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 200, r.text
     return r.headers["X-Request-Id"]
-
-
-def record(env, rid: str) -> dict:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        for r in env["api"].get("/api/log/self?size=100")["data"]["items"]:
-            if r["request_id"] == rid:
-                return r
-        time.sleep(0.1)
-    raise AssertionError(f"no usage record for {rid}")
 
 
 @pytest.mark.parametrize("prompt,units,rate,rule", [
