@@ -12,6 +12,7 @@ import errno
 import gc
 import importlib
 import logging
+import os
 import re
 import signal
 import socket
@@ -34,7 +35,7 @@ from models.responses import ResponseStore
 from models.seed import seed
 from models.store import Store
 from notify.bus import Bus
-from relay.serving import loop as relay_loop, process, redact
+from relay.serving import loop as relay_loop, process, redact, watchdog
 from relay.money.billing import Billing
 from relay.catalog import Catalog
 from relay.compat.memory import Compat
@@ -46,6 +47,7 @@ from relay.upstream.client import Upstream
 from relay.money.backfill import backfill
 from relay.money.retention import Retention
 from relay.money.usage import UsageLog
+from relay.serving.buglog import reason
 
 log = logging.getLogger("relay")
 
@@ -71,6 +73,13 @@ HANDLER_MODULES = [
     "handlers.openapi",
     "handlers.console",
 ]
+# After the grace period: the workers (flush, leases) get STOP_WORKERS, and
+# the whole stop STOP_BOUND, past which relay/serving/watchdog.py ends it
+# (workers 12 + connections 2 + database clients 3 + embedded servers 10,
+# and a margin).
+STOP_WORKERS = 12.0
+STOP_BOUND = 32.0
+
 # Modules with install(app): background workers that hook into start/stop.
 INSTALLERS = ["models.migrations", "models.housekeeping", "notify.service",
               "relay.midjourney.wiring", "relay.money.limits"]
@@ -210,7 +219,7 @@ async def stop_workers(app: RelayApplication, grace: float, budget: float = 8.0)
             await asyncio.wait_for(stopper(app), left(0.25))
         except (asyncio.TimeoutError, Exception) as exc:
             log.warning("stopping %s: %s", getattr(stopper, "__qualname__", stopper),
-                        exc or type(exc).__name__)
+                        reason(exc))
     try:
         await asyncio.wait_for(s["service"].sessions.stop(), left(0.1))
     except (asyncio.TimeoutError, Exception):
@@ -320,6 +329,7 @@ async def serve(config, lock: DataDirLock, sockets: list) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down: no new connections; draining calls")
+    watchdog.arm(config.shutdown_grace + STOP_BOUND)
     server.stop()
     full_gc.stop()
     app.draining = True
@@ -327,7 +337,7 @@ async def serve(config, lock: DataDirLock, sockets: list) -> None:
         # Calls get shutdown_grace; flushing, leases and the database get
         # a bounded few seconds more, whatever state the database is in.
         await asyncio.wait_for(stop_workers(app, config.shutdown_grace),
-                               config.shutdown_grace + 10)
+                               config.shutdown_grace + STOP_WORKERS)
     except asyncio.TimeoutError:
         app.settings["billing"].journal.drain_all()
         log.error("shutdown did not finish in time; unwritten usage is in the spill file")
@@ -351,7 +361,19 @@ def main(argv=None) -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(config, lock, sockets))
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(serve(config, lock, sockets))
+    # Not asyncio.run(): its teardown cancels every task still there and
+    # waits for each without a bound, and a database driver's task cut off
+    # by the stop can wait on a lock of its own for ever (seen: pymongo's
+    # _asyncio_lock after the database died).  Nothing is left to write: the
+    # books are closed or in the spill file, the lock is released, the log
+    # says "stopped".
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from handlers.base import ApiError, ApiHandler
 from handlers.console_ws import own_origins
 from models import queries
 from models.store import PyMongoError
+from relay.serving.buglog import reason
 
 log = logging.getLogger("relay.console")
 
@@ -101,7 +102,7 @@ class ExportHandler(ApiHandler):
         except PyMongoError as exc:
             # Half an export must not look like a whole one: the connection
             # is cut instead of ending the chunked body (no TOTAL row either).
-            log.warning("export %s cut off: %s", self.request_id, exc or type(exc).__name__)
+            log.warning("export %s cut off: %s", self.request_id, reason(exc))
             self.request.connection.close()
             return
         self.finish()

@@ -74,6 +74,8 @@ INDEXES: dict[str, list[tuple[list, dict]]] = {
 # Reports read through a pool of their own, this many at once: a burst of
 # exports and charts waits for each other, not for the money path.
 REPORT_POOL = 4
+# Both embedded servers, stopping side by side (server.py STOP_BOUND counts it).
+EMBEDDED_STOP = 10.0
 
 
 class Store:
@@ -190,21 +192,26 @@ class Store:
         return int(doc["seq"])
 
     async def close(self, timeout: float = 3.0) -> None:
-        for name in ("reports_client", "client"):
-            client = getattr(self, name)
-            if client is not None:
-                try:
-                    # Closing ends server sessions, which waits for a server
-                    # that may be gone: bounded, so a stop never hangs on it.
-                    await asyncio.wait_for(client.close(), timeout)
-                except asyncio.TimeoutError:
-                    pass
-                setattr(self, name, None)
-        for name in ("embedded_reports", "embedded"):
-            server = getattr(self, name)
-            if server is not None:
-                server.stop()
-                setattr(self, name, None)
+        clients = [c for c in (self.reports_client, self.client) if c is not None]
+        self.reports_client = self.client = None
+        if clients:
+            # Closing ends server sessions, which waits for a server that may
+            # be gone: both at once, within one bound, and not waited for
+            # past it (a cancelled close may take as long to unwind).
+            closing = {asyncio.ensure_future(c.close()) for c in clients}
+            await asyncio.wait(closing, timeout=timeout)
+            for task in closing:
+                if not task.done():
+                    task.cancel()
+                elif not task.cancelled() and task.exception() is not None:
+                    log.warning("closing the database client: %s", task.exception())
+        servers = [s for s in (self.embedded_reports, self.embedded) if s is not None]
+        self.embedded_reports = self.embedded = None
+        for server in servers:
+            server.terminate()
+        until = time.monotonic() + EMBEDDED_STOP
+        for server in servers:
+            server.stop(max(until - time.monotonic(), 0.1))
 
 
 def all_of(*conditions: dict) -> dict:

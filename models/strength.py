@@ -64,7 +64,7 @@ class Estimator:
             except (OSError, ValueError, KeyError, TypeError, asyncio.TimeoutError,
                     EOFError) as exc:
                 log.warning("password strength helper failed (%s); checking in-process",
-                            exc or type(exc).__name__)
+                            str(exc) or type(exc).__name__)
                 await self.close()
                 return measure(password, hints)
             self._idle = loop.call_later(

@@ -45,6 +45,7 @@ import time
 from collections import OrderedDict
 
 from models.sessions import SessionStore
+from relay.serving.buglog import reason
 
 log = logging.getLogger("relay.sessions")
 
@@ -208,7 +209,7 @@ class Sessions:
         except Exception as exc:  # placement goes on from memory and the hash
             self._quiet_until = self.clock() + QUIET
             log.warning("where conversations are placed could not be read: %s",
-                        exc or type(exc).__name__)
+                        reason(exc))
             return None
 
     def served(self, call, channel) -> None:

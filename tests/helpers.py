@@ -94,6 +94,18 @@ class RelayProcess:
         self._log.close()
         return code
 
+    def exit_code(self, timeout: float) -> int:
+        """The code it exits with after a signal; past `timeout`, a failure
+        that shows the end of its log (what it was stuck on), not a bare
+        TimeoutExpired."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"still running {timeout:.0f}s after the signal; its log ends:\n"
+                                 + self.log()[-4000:]) from None
+
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
 

@@ -396,17 +396,18 @@ class Billing(BudgetCounters, Flusher):
 
         Bounded by `timeout`: with the database gone, what is not written
         goes to the spill file and the leases stay for the next start."""
+        deadline = time.monotonic() + timeout
         for task in (self._flusher, self._guard, self._beat, self._recaller):
             await cancel_and_wait(task)
         self._flusher = self._guard = self._beat = self._recaller = None
-        # A chunk being leased ahead is let arrive (each is bounded by the
-        # database timeout), so that the books close with it given back.
+        # A chunk being leased ahead is let arrive, so that the books close
+        # with it given back; with the database gone it may not, and the
+        # next start's reclaim returns it.
         if self._ahead:
-            await asyncio.wait(set(self._ahead))
+            await asyncio.wait(set(self._ahead), timeout=max((deadline - time.monotonic()) / 2, 0.1))
         for res in list(self._open.values()):
             await self.refund(res)
             res.orphaned = True
-        deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
                 busy = await asyncio.wait_for(self.flush(), max(deadline - time.monotonic(), 0.1))

@@ -22,6 +22,7 @@ import time
 from models.store import PyMongoError, insert_records
 from relay.money.applier import Applier
 from relay.money.usage import stored
+from relay.serving.buglog import reason
 
 log = logging.getLogger("relay.billing")
 
@@ -73,7 +74,7 @@ class Flusher(Applier):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("billing heartbeat: %s; will retry", exc or type(exc).__name__)
+                log.warning("billing heartbeat: %s; will retry", reason(exc))
 
     async def _flush_loop(self) -> None:
         # One task (what stop() cancels), two loops: storing never waits
@@ -89,7 +90,7 @@ class Flusher(Applier):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("billing flush: %s; will retry", exc or type(exc).__name__)
+                log.warning("billing flush: %s; will retry", reason(exc))
             # Ticks start every quarter interval, so a record is normally
             # stored long before the guard (at one interval) would move it to
             # the spill file, even with a database slowed by load; a backlog
@@ -112,7 +113,7 @@ class Flusher(Applier):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("billing apply: %s; will retry", exc or type(exc).__name__)
+                log.warning("billing apply: %s; will retry", reason(exc))
             await asyncio.sleep(max(self.flush_interval / 4 - (time.monotonic() - started), 0))
 
     async def flush(self, release_all: bool = False, defer: bool = False) -> bool:
@@ -195,7 +196,7 @@ class Flusher(Applier):
                     await self._db(self._read_back(applying, applied))
                 except (PyMongoError, asyncio.TimeoutError) as exc:
                     # Applied all the same; the next apply of the balance reads it.
-                    log.warning("reading back applied balances: %s", exc or type(exc).__name__)
+                    log.warning("reading back applied balances: %s", reason(exc))
             await self._release_idle(release_all)
 
     async def _release_idle(self, release_all: bool) -> None:

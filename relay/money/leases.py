@@ -124,6 +124,7 @@ from relay.money.processes import Processes
 from relay.money.recalls import Recalls
 from relay.money.refusals import BUDGET, TOKEN, USER, BillingUnavailable, QuotaExhausted
 from relay.money.shown import Shown, figures
+from relay.serving.buglog import reason
 
 log = logging.getLogger("relay.billing")
 
@@ -282,7 +283,7 @@ class Leases(Recalls, Processes):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a reserve that needs it leases in the foreground
-            log.debug("leasing ahead on %s %s: %s", b.kind, b.id, exc or type(exc).__name__)
+            log.debug("leasing ahead on %s %s: %s", b.kind, b.id, reason(exc))
         finally:
             b.ahead = None
 
@@ -398,7 +399,7 @@ class Leases(Recalls, Processes):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the idle release tries again
-            log.warning("giving back on %s %s: %s", b.kind, b.id, exc or type(exc).__name__)
+            log.warning("giving back on %s %s: %s", b.kind, b.id, reason(exc))
         finally:
             b.giving = None
 

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from models.store import ReturnDocument
 from relay.money.refusals import BillingUnavailable
+from relay.serving.buglog import reason
 
 log = logging.getLogger("relay.money.billing")
 
@@ -119,7 +120,7 @@ class Recalls:
             except Exception as exc:
                 if not self.recalls_failing:
                     log.warning("reading recalls: %s; going on from the leases held",
-                                exc or type(exc).__name__)
+                                reason(exc))
                 self.recalls_failing = True
             done, self._recalls_done = self._recalls_done, asyncio.Event()
             done.set()

@@ -50,3 +50,9 @@ def log_bug(logger: logging.Logger, what: str, exc: BaseException) -> None:
     else:
         logger.error("unexpected error in %s: %s: %s (traceback logged recently)", what,
                      type(exc).__name__, str(exc)[:200])
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong, for a one-line log: an exception with no text (a
+    TimeoutError, most often) by its type, not as an empty string."""
+    return str(exc) or type(exc).__name__

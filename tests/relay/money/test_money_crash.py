@@ -278,7 +278,9 @@ def test_a_stream_still_running_when_the_grace_ends_is_billed_whatever_the_datab
     for pid in children(relay.proc.pid):
         os.kill(pid, signal.SIGKILL)          # the database dies
     relay.proc.send_signal(signal.SIGTERM)
-    assert relay.proc.wait(30) == 0, relay.log()[-3000:]
+    # Within the stop's own bound (server.py STOP_BOUND, 30 s after the grace),
+    # past which its watchdog exits 1 and logs where it was stuck.
+    assert relay.exit_code(45) == 0, relay.log()[-6000:]
     t.join(10)
     relay.stop()
     assert got["status"] == 200 and b"data: " in got["body"], got
