@@ -8,6 +8,7 @@ import time
 
 from handlers.base import ApiError, ApiHandler, ident
 from models.records import LIMIT_FIELDS, PERIODS, parse_budgets
+from models.store import count_matching
 from relay.money import budgets
 from relay.money.leases import BUDGET
 from relay.serving import jsonin
@@ -26,7 +27,7 @@ def page_args(handler: ApiHandler) -> tuple[int, int]:
 async def paged(handler: ApiHandler, coll, flt: dict, view, sort: str = "_id") -> dict:
     """One page of documents, newest first by `sort` (descending)."""
     p, size = page_args(handler)
-    total = await coll.count_documents(flt)
+    total = await count_matching(coll, flt)  # not count_documents: models/store.py
     docs = await handler.store.page(coll, flt, sort, -1, (p - 1) * size, size)
     return {"items": [view(d) for d in docs], "total": total, "page": p, "page_size": size}
 

@@ -19,7 +19,7 @@ from models.compat import Quirks, find_page, probe, sort_by_id
 from models.embedded import EmbeddedMongo
 
 __all__ = ["Store", "DuplicateKeyError", "PyMongoError", "ReturnDocument", "ASCENDING", "DESCENDING",
-           "insert_records", "insert_capped", "count_matching", "all_of", "DUPLICATE_KEY", "sort_by_id", "Op",
+           "insert_records", "insert_capped", "count_matching", "as_eq", "all_of", "DUPLICATE_KEY", "sort_by_id", "Op",
            "bulk_apply", "read_marks"]
 
 # Matched by code, never by text: nx-27017 says "UNIQUE constraint failed"
@@ -257,9 +257,22 @@ async def count_matching(coll, flt: dict) -> int:
     there is "f = v or f is an array holding v", which no index serves
     (models/queries.py).  tests/models/test_query_plans.py pins the plan,
     tests/models/test_store_fidelity.py the answer."""
-    query = {k: (v if isinstance(v, dict) else {"$eq": v}) for k, v in flt.items()}
-    r = await coll.database.command("count", coll.name, query=query)
+    r = await coll.database.command("count", coll.name, query=as_eq(flt))
     return int(r["n"])
+
+
+def as_eq(flt: dict) -> dict:
+    """`flt` with each plain value as {$eq: v}, inside $or/$and too: the
+    shape in which nx-27017 looks a field up by its index (count_matching)."""
+    out = {}
+    for k, v in flt.items():
+        if k in ("$or", "$and", "$nor"):
+            out[k] = [as_eq(f) for f in v]
+        elif k.startswith("$") or isinstance(v, dict):
+            out[k] = v
+        else:
+            out[k] = {"$eq": v}
+    return out
 
 
 async def insert_capped(coll, doc: dict, scope: dict, cap: int) -> bool:

@@ -14,11 +14,12 @@ import time
 
 from models import allowance
 from models.refusal import Refusal
+from models.store import as_eq, count_matching
 from models.store import now as store_now
 from notify import channels, templates, words
+from notify.cache_watch import CacheWatch
 from notify.channels.base import Context, DeliveryError, Message
 from notify.channels.webhook import render_body
-from notify.cache_watch import CacheWatch
 from notify.contact import ContactError, EmailConfirmation
 from notify.events import KEY_ALERTS, STORAGE, WARNINGS, Events
 from notify.http import HttpClient, Refused
@@ -259,8 +260,8 @@ class Notifier:
     async def deliveries(self, flt: dict, page: int, size: int) -> dict:
         """A page of delivery history, newest first; flt selects sub_id or user_id."""
         coll = self.store.db.notify_outbox
-        total = await coll.count_documents(flt)
-        docs = await coll.find(flt).sort("created_at", -1).skip((page - 1) * size) \
+        total = await count_matching(coll, flt)
+        docs = await coll.find(as_eq(flt)).sort("created_at", -1).skip((page - 1) * size) \
             .limit(size).to_list(size)
         return {"items": [delivery_view(d) for d in docs], "total": total, "page": page,
                 "page_size": size}
@@ -269,7 +270,7 @@ class Notifier:
         """Recent announcements, newest first; marketing ones only if marketing."""
         coll = self.store.db.announcements
         flt = {} if marketing else {"kind": "announcement"}
-        total = await coll.count_documents(flt)
+        total = await count_matching(coll, flt)
         docs = await self.store.page(coll, flt, "_id", -1, (page - 1) * size, size)
         return {"items": [announcement_view(d) for d in docs], "total": total, "page": page,
                 "page_size": size}

@@ -181,11 +181,32 @@ def _pruned(db):
         assert db[coll].find_one({"_id": {"$in": [d["_id"] for d in _OLD[coll]]}}) is None
 
 
+def _counted_with_indexes(window: list[str], colls: str, file) -> tuple[list, dict]:
+    """The COUNT statements of a window of the trace, and every statement
+    on `colls` that reads the collection whole or walks it without an index."""
+    counts, problems = [], {}
+    for sql in dict.fromkeys(window):
+        if not re.search(rf'\bFROM\s+"?{colls}"?(\s|$)', sql):
+            continue
+        if re.search(rf'\bFROM\s+"?{colls}"?\s*$', sql.strip()):
+            problems[sql] = "reads the whole collection"
+            continue
+        if re.search(r"\bCOUNT\s*\(", sql, re.I):
+            counts.append(sql)
+        if sql.lstrip().upper().startswith(("SELECT", "WITH")):
+            plan = [row[-1] for row in file.execute("EXPLAIN QUERY PLAN " + sql)]
+            if any(re.match(rf"SCAN {colls}\b", step) and "INDEX" not in step for step in plan):
+                problems[sql] = plan
+    return counts, problems
+
+
 def test_a_cap_per_user_counts_with_an_index(tmp_path):
     """models/store.insert_capped (a user's keys, issue 31; subscriptions)
     and the subscription's check that its keys are the user's count with
     the index on user_id: the embedded server answers `count_documents`
-    by reading the whole collection into memory, every account's keys."""
+    by reading the whole collection into memory, every account's keys.
+    So do a user's pages of keys and of deliveries, with their totals
+    (handlers/api_fields.paged, notify/service.py)."""
     trace = tmp_path / "sql.log"
     relay = RelayProcess("", str(tmp_path / "data"), env={TRACE_ENV: str(trace)}).start()
     try:
@@ -201,26 +222,24 @@ def test_a_cap_per_user_counts_with_an_index(tmp_path):
             "channel_config": {}, "enabled": True, "key_threshold": 1000, "key_ids": keys})
         with open(trace, "a") as f:
             f.write("-- window\n")
+        page = api.get("/api/token/?p=1&size=2")["data"]
+        deliveries = api.get("/api/notify/deliveries?p=1&size=5")["data"]
+        with open(trace, "a") as f:
+            f.write("-- window\n")
     finally:
         relay.stop()
-    window = open(trace, errors="replace").read().split("-- window\n")[1].splitlines()
-    colls = r"(tokens|notify_subscriptions)"
+    assert page["total"] == 3 and len(page["items"]) == 2, page
+    assert deliveries["total"] == 0 and deliveries["items"] == [], deliveries
+    windows = open(trace, errors="replace").read().split("-- window\n")
     file = sqlite3.connect(f"file:{bulkload.db_file(str(tmp_path / 'data'), relay.db_name)}"
                            "?mode=ro", uri=True)
-    counts, problems = [], {}
-    for sql in dict.fromkeys(window):
-        if not re.search(rf'\bFROM\s+"?{colls}"?(\s|$)', sql):
-            continue
-        if re.search(rf'\bFROM\s+"?{colls}"?\s*$', sql.strip()):
-            problems[sql] = "reads the whole collection"
-            continue
-        if re.search(r"\bCOUNT\s*\(", sql, re.I):
-            counts.append(sql)
-        if sql.lstrip().upper().startswith(("SELECT", "WITH")):
-            plan = [row[-1] for row in file.execute("EXPLAIN QUERY PLAN " + sql)]
-            if any(re.match(rf"SCAN {colls}\b", step) and "INDEX" not in step for step in plan):
-                problems[sql] = plan
+    counts, problems = _counted_with_indexes(windows[1].splitlines(),
+                                             r"(tokens|notify_subscriptions)", file)
     assert problems == {}, problems
     # the key's cap twice (before and after its insert), the subscription's
     # cap twice and its keys once
-    assert len(counts) >= 3, window
+    assert len(counts) >= 3, windows[1]
+    counts, problems = _counted_with_indexes(windows[2].splitlines(),
+                                             r"(tokens|notify_outbox)", file)
+    assert problems == {}, problems
+    assert len(counts) == 2, windows[2]   # the keys' total and the deliveries'

@@ -645,6 +645,37 @@ def test_allow_list_migration_and_key_cap_shapes(db):
     case(db, body)
 
 
+def test_the_console_lists_count_by_the_count_command(db):
+    """handlers/api_fields.paged and notify/service.py count a listing's
+    total with count_matching: a search by a pattern in either of two
+    fields ($or of $regex), a name pattern, a key's hash, everything; the
+    outbox's deliveries of a subscription or a user; announcements of one
+    kind.  The same totals the documents' own find gives."""
+    async def body(db):
+        await db.users.insert_many([
+            {"_id": 1, "username": "alice", "email": "a@example.com"},
+            {"_id": 2, "username": "bob", "email": "ALICE.b@example.com"},
+            {"_id": 3, "username": "carol", "email": "c@example.com"}])
+        rx = {"$regex": "alice", "$options": "i"}
+        assert await count_matching(db.users, {"$or": [{"username": rx}, {"email": rx}]}) == 2
+        assert await count_matching(db.users, {}) == 3
+        assert await count_matching(db.users, {"username": {"$regex": "o", "$options": "i"}}) == 2
+        await db.tokens.insert_many([{"_id": i, "user_id": 7 + i % 2, "key_hash": f"h{i}",
+                                      "name": f"Key {i}"} for i in range(1, 6)])
+        assert await count_matching(db.tokens, {"user_id": 7, "key_hash": "h2"}) == 1
+        assert await count_matching(db.tokens, {"user_id": 8,
+                                                "name": {"$regex": "KEY", "$options": "i"}}) == 3
+        await db.notify_outbox.insert_many([
+            {"_id": f"o{i}", "sub_id": "s1" if i < 4 else "s2", "user_id": 7,
+             "created_at": 100.0 + i} for i in range(6)])
+        assert await count_matching(db.notify_outbox, {"sub_id": "s1"}) == 4
+        assert await count_matching(db.notify_outbox, {"user_id": 7}) == 6
+        await db.announcements.insert_many([{"_id": 1, "kind": "announcement"},
+                                            {"_id": 2, "kind": "marketing"}])
+        assert await count_matching(db.announcements, {"kind": "announcement"}) == 1
+    case(db, body)
+
+
 def test_set_keeps_every_digit_of_a_double(db, expect):
     async def body(db):
         v = 1795690033.7906194  # a time.time()
