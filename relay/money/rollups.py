@@ -103,30 +103,51 @@ def _part(value) -> str:
     return "-" if value is None else str(int(value))
 
 
+# Per family: its fields, and those that have a copy to group by.
+_PLANS = tuple((coll, names, tuple((n, GROUP_COPIES[n]) for n in names if n in GROUP_COPIES))
+               for coll, names in FAMILIES.items())
+
+
 def targets(r: dict) -> list[tuple[str, str, dict]]:
     """(collection, _id, the document's fixed fields) of each rollup a
-    record adds to."""
+    record adds to.  Written out, not with comprehensions: the flusher
+    makes these for each group of records of every tick."""
     day = day_of(r.get("created_at") or 0)
     model = str(r.get("model") or "")
+    dm = f"{day}|{model}"
+    sday = str(day)
     out = []
-    for coll, names in FAMILIES.items():
-        dims = {"day": day, **{n: r.get(n) for n in names}, "model": model,
-                "dm": f"{day}|{model}",
-                **{GROUP_COPIES[n]: r.get(n) for n in names if n in GROUP_COPIES}}
-        ident = "|".join([str(day), *(_part(r.get(n)) for n in names), model])
-        out.append((coll, ident, dims))
+    for coll, names, copies in _PLANS:
+        dims = {"day": day}
+        parts = [sday]
+        for n in names:
+            v = dims[n] = r.get(n)
+            parts.append(_part(v))
+        dims["model"] = model
+        dims["dm"] = dm
+        for n, c in copies:
+            dims[c] = dims[n]
+        parts.append(model)
+        out.append((coll, "|".join(parts), dims))
     return out
+
+
+# Each hour's field names, made once: amounts() runs for every record.
+_HOURS = [{m: hour_field(h, m) for m in METRICS} for h in range(24)]
+_SOURCE_ITEMS = tuple(SOURCES.items())
 
 
 def amounts(r: dict) -> dict[str, int]:
     """What one record adds: the day's sums and its hour's."""
-    hour = int((float(r.get("created_at") or 0) % DAY) // 3600)
-    out = {"n": 1, hour_field(hour, "n"): 1}
-    for m, src in SOURCES.items():
-        v = int(r.get(src) or 0)
+    names = _HOURS[int((float(r.get("created_at") or 0) % DAY) // 3600)]
+    out = {"n": 1, names["n"]: 1}
+    for m, src in _SOURCE_ITEMS:
+        v = r.get(src)
         if v:
-            out[m] = v
-            out[hour_field(hour, m)] = v
+            v = int(v)
+            if v:
+                out[m] = v
+                out[names[m]] = v
     return out
 
 
@@ -137,37 +158,81 @@ class Delta:
     id: str
     proc: str
     dims: dict
-    items: list = field(default_factory=list)  # (seq, amounts) in sequence order
+    items: list = field(default_factory=list)  # (seq, amounts), any order
+    # deltas() keeps the sums of all items and their first and last
+    # sequence numbers as it adds them (None: read off the items).
+    total: dict | None = None
+    low: int | None = None
+    high: int | None = None
 
     @property
     def first(self) -> int:
-        return self.items[0][0]
+        return self.low if self.low is not None else min(s for s, _ in self.items)
 
     @property
     def last(self) -> int:
-        return self.items[-1][0]
+        return self.high if self.high is not None else max(s for s, _ in self.items)
+
+    def add(self, items: list, total: dict, low: int, high: int) -> None:
+        """A group of records (deltas()): their items and their sums."""
+        self.items.extend(items)
+        if self.total is None:
+            self.total, self.low, self.high = dict(total), low, high
+            return
+        mine = self.total
+        for k, v in total.items():
+            mine[k] = mine.get(k, 0) + v
+        self.low, self.high = min(self.low, low), max(self.high, high)
 
     def inc(self, after: int = -1) -> dict[str, int]:
         """The sums of the records after sequence number `after`."""
-        out: dict[str, int] = {}
-        for seq, amt in self.items:
-            if seq > after:
-                for k, v in amt.items():
-                    out[k] = out.get(k, 0) + v
-        return out
+        if self.total is not None and after < self.low:
+            return dict(self.total)
+        return _summed(self.items, after)
+
+
+def _summed(items, after: int = -1) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for seq, amt in items:
+        if seq > after:
+            for k, v in amt.items():
+                out[k] = out.get(k, 0) + v
+    return out
 
 
 def deltas(records: list[dict]) -> list[Delta]:
-    """The records' rollup changes, one per (document, process), in the
-    order of the records."""
-    out: dict[tuple, Delta] = {}
-    for r in sorted(records, key=lambda r: (str(r.get("proc")), int(r.get("seq") or 0))):
+    """The records' rollup changes, one per (document, process).
+
+    Records are grouped first by everything the key family is keyed by (a
+    busy tick's records fall into far fewer groups than there are
+    records), and each group's targets are made and added once: a record's
+    own cost is its amounts and one sum, not four families' documents."""
+    groups: dict[tuple, list] = {}
+    for r in records:
+        key = (r["proc"], day_of(r.get("created_at") or 0), r.get("user_id"), r.get("token_id"),
+               r.get("channel_id"), r.get("status"), str(r.get("model") or ""))
+        seq = int(r["seq"])
         amt = amounts(r)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = [r, [(seq, amt)], dict(amt), seq, seq]
+            continue
+        g[1].append((seq, amt))
+        total = g[2]
+        for k, v in amt.items():
+            total[k] = total.get(k, 0) + v
+        if seq < g[3]:
+            g[3] = seq
+        elif seq > g[4]:
+            g[4] = seq
+    out: dict[tuple, Delta] = {}
+    for r, items, total, low, high in groups.values():
+        proc = r["proc"]
         for coll, ident, dims in targets(r):
-            d = out.get((coll, ident, r["proc"]))
+            d = out.get((coll, ident, proc))
             if d is None:
-                d = out[(coll, ident, r["proc"])] = Delta(coll, ident, r["proc"], dims)
-            d.items.append((int(r["seq"]), amt))
+                d = out[(coll, ident, proc)] = Delta(coll, ident, proc, dims)
+            d.add(items, total, low, high)
     return list(out.values())
 
 
