@@ -51,6 +51,28 @@ def balance_ops(proc: str, ident: int, leased: bool, items: list[tuple[int, int]
                {"$inc": inc, "$set": {mark: last}}) for c in conds]
 
 
+def catch_up_op(proc: str, ident: int, leased: bool, items: list[tuple[int, int]],
+                doc: dict):
+    """The update that applies what `doc` (the balance as just read back)
+    shows not applied yet of `items`, conditioned on exactly that state:
+    the process's mark as read, and the lease there or not (a lease given
+    back meanwhile: its spend comes from `quota`, as the long way does).
+    None when the document already has every record."""
+    mark, lease = f"applied.{proc}", f"leases.{proc}"
+    seen = (doc.get("applied") or {}).get(proc)
+    last = max(s for s, _ in items)
+    if seen is not None and int(seen) >= last:
+        return None
+    total = sum(q for s, q in items if seen is None or s > int(seen))
+    flt: dict = {"_id": ident, mark: {"$exists": False} if seen is None else int(seen)}
+    inc = {"used_quota": total}
+    if leased:
+        held = proc in (doc.get("leases") or {})
+        flt[lease] = {"$exists": held}
+        inc[lease if held else "quota"] = -total
+    return Op(ident, flt, {"$inc": inc, "$set": {mark: last}})
+
+
 def rollup_ops(d: rollups.Delta, marked: bool | None) -> list:
     """The conditional update(s) that add one process's records to one
     rollup document; the form for an absent mark also makes the document
@@ -125,6 +147,7 @@ class Applier(Leases):
         changes = {c: sum(1 for d in moves if d.collection == c) for c in rollups.COLLECTIONS}
         seen = {coll: await self._bulk(coll, ops, changes.get(coll, -1))
                 for coll, ops in plan.items()}
+        await self._catch_up(groups, seen)
         touched: dict[tuple, dict] = {}
         long_way: set[tuple] = set()
         for (proc, kind, ident, leased), items in groups.items():
@@ -156,6 +179,22 @@ class Applier(Leases):
                     (d.collection, d.id, d.proc))
         self._forget_rolled()
         return touched
+
+    async def _catch_up(self, groups: dict, seen: dict) -> None:
+        """The balances the bulk write did not take to their last record (a
+        batch part of which was applied before, a lease given back, a wrong
+        guess about a mark), in a second bulk write made from the documents
+        just read back; `seen` gets what it reads after.  What that misses
+        too (a document changed in between) goes the long way."""
+        plan: dict[str, list] = {}
+        for (proc, kind, ident, leased), items in groups.items():
+            coll = COLLECTIONS[kind]
+            doc = (seen.get(coll) or {}).get(ident)
+            op = None if doc is None else catch_up_op(proc, ident, leased, items, doc)
+            if op is not None:
+                plan.setdefault(coll, []).append(op)
+        for coll, ops in plan.items():
+            seen[coll].update(await self._bulk(coll, ops) or {})
 
     async def _bulk(self, coll: str, ops: list, expected: int = -1) -> dict | None:
         """One collection's updates as commands of BULK_CHUNK, each bounded

@@ -85,6 +85,39 @@ def test_a_batch_applied_twice_changes_nothing(mongo_url, tmp_path):
     run(go())
 
 
+def test_a_batch_overlapping_one_applied_before_goes_in_bulk(mongo_url, tmp_path):
+    """A batch whose first records were applied already (an apply retried
+    after a timeout that fell after its bulk write landed): the rest of it
+    is applied by a second bulk write conditioned on the marks just read,
+    not balance by balance (the long way costs each balance up to seven
+    round trips, and under load a busy tick's worth of them outlasted the
+    database timeout and made the next apply overlap again)."""
+    async def go():
+        store = await _store(mongo_url)
+        b = _billing(store, tmp_path, "p1o")
+        await b.register()
+        await _charge(b, 5)
+        batch, _ = b.journal.take()
+        await store.db.usage.insert_many([dict(r) for r in batch])
+        await b._apply(batch[:3])
+        long_way = []
+        one = b._apply_one
+
+        async def counted(*args):
+            long_way.append(args[1:3])
+            return await one(*args)
+        b._apply_one = counted
+        await b._apply(batch)
+        assert long_way == []
+        await b._apply(batch)             # and once more: nothing changes
+        b.journal.done(None)
+        books = await _books(store)
+        assert books["users"][1] == 500 and books["tokens"][1] == 500
+        _assert_books(books)
+        await store.close()
+    run(go())
+
+
 def test_spill_keeps_order_and_its_bound_stops_billable_calls(mongo_url, tmp_path):
     async def go():
         store = await _store(mongo_url)
