@@ -58,6 +58,18 @@ async def _books(store) -> dict:
     return out
 
 
+async def _stored_batch(mongo_url, tmp_path, pid: str, n: int):
+    """A store, a registered billing process that charged `n` calls, and
+    the journal's batch of them, stored as usage records and not applied."""
+    store = await _store(mongo_url)
+    b = _billing(store, tmp_path, pid)
+    await b.register()
+    await _charge(b, n)
+    batch, _ = b.journal.take()
+    await store.db.usage.insert_many([dict(r) for r in batch])
+    return store, b, batch
+
+
 def _assert_books(b):
     for coll in ("users", "tokens"):
         remain, used = b[coll]
@@ -69,12 +81,7 @@ def _assert_books(b):
 
 def test_a_batch_applied_twice_changes_nothing(mongo_url, tmp_path):
     async def go():
-        store = await _store(mongo_url)
-        b = _billing(store, tmp_path, "p1")
-        await b.register()
-        await _charge(b, 5)
-        batch, _ = b.journal.take()
-        await store.db.usage.insert_many([dict(r) for r in batch])
+        store, b, batch = await _stored_batch(mongo_url, tmp_path, "p1", 5)
         await b._apply(batch)
         await b._apply(batch)             # a retry after a lost reply
         await b._apply(batch[:2])         # a replay of part of it
@@ -93,12 +100,7 @@ def test_a_batch_overlapping_one_applied_before_goes_in_bulk(mongo_url, tmp_path
     round trips, and under load a busy tick's worth of them outlasted the
     database timeout and made the next apply overlap again)."""
     async def go():
-        store = await _store(mongo_url)
-        b = _billing(store, tmp_path, "p1o")
-        await b.register()
-        await _charge(b, 5)
-        batch, _ = b.journal.take()
-        await store.db.usage.insert_many([dict(r) for r in batch])
+        store, b, batch = await _stored_batch(mongo_url, tmp_path, "p1o", 5)
         await b._apply(batch[:3])
         long_way = []
         one = b._apply_one
