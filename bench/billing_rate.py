@@ -47,6 +47,17 @@ def load(root: str):
     return Store, Billing, USAGE_FIELDS
 
 
+def timed(fn, into: list):
+    """`fn` (a coroutine function), each call's seconds appended to `into`."""
+    async def run(*a, **kw):
+        t0 = time.monotonic()
+        try:
+            return await fn(*a, **kw)
+        finally:
+            into.append(time.monotonic() - t0)
+    return run
+
+
 def record(rid: str, uid: int, tid: int, usage_fields) -> dict:
     """A plain call's record as relay/service.py makes it."""
     return {"_id": rid, "user_id": uid, "username": f"u{uid}", "token_id": tid,
@@ -81,30 +92,14 @@ async def one_rate(Store, Billing, usage_fields, rate: float, seconds: float, ke
     for tid in range(1, keys + 1):
         await b.refund(await b.reserve(uuid.uuid4().hex, 1 + tid % users, tid, True, 400))
     ticks: list[float] = []
-    flush = b.flush
     db_pid = store.embedded.proc.pid
     cpu0, own0 = cpu_seconds(db_pid), time.process_time()
-
-    async def timed(*a, **kw):
-        t0 = time.monotonic()
-        try:
-            return await flush(*a, **kw)
-        finally:
-            ticks.append(time.monotonic() - t0)
-    b.flush = timed
+    b.flush = timed(b.flush, ticks)
     applies: list[float] = []
     if hasattr(b, "apply_stored"):
         # A tree whose flusher applies beside its store ticks (flush() is then
         # the store tick alone): the applies timed on their own.
-        apply_stored = b.apply_stored
-
-        async def timed_apply(*a, **kw):
-            t0 = time.monotonic()
-            try:
-                return await apply_stored(*a, **kw)
-            finally:
-                applies.append(time.monotonic() - t0)
-        b.apply_stored = timed_apply
+        b.apply_stored = timed(b.apply_stored, applies)
     peak = 0
     made = 0
     t0 = time.monotonic()
