@@ -33,6 +33,15 @@ BALANCE_FIELDS = {"quota": 1, "used_quota": 1, "leases": 1, "applied": 1,
                   "period": 1}
 
 
+def spend(total: int, paid_from: str | None) -> dict:
+    """The $inc of `total` spent: used, and taken from the lease or `quota`
+    it was paid from (None: a balance that is not limited takes nothing)."""
+    inc = {"used_quota": total}
+    if paid_from:
+        inc[paid_from] = -total
+    return inc
+
+
 def balance_ops(proc: str, ident: int, leased: bool, items: list[tuple[int, int]],
                 marked: bool | None) -> list:
     """The conditional update(s) that apply one process's charges to one
@@ -42,7 +51,7 @@ def balance_ops(proc: str, ident: int, leased: bool, items: list[tuple[int, int]
     mark, lease = f"applied.{proc}", f"leases.{proc}"
     first, last = min(s for s, _ in items), max(s for s, _ in items)
     total = sum(q for _, q in items)
-    inc = {lease: -total, "used_quota": total} if leased else {"used_quota": total}
+    inc = spend(total, lease if leased else None)
     conds = ([{"$lt": first}] if marked is not False else []) + (
         [{"$exists": False}] if marked is not True else [])
     # Flat filters: a `$or` would need `$and` around it on nx-27017, and a
@@ -65,12 +74,12 @@ def catch_up_op(proc: str, ident: int, leased: bool, items: list[tuple[int, int]
         return None
     total = sum(q for s, q in items if seen is None or s > int(seen))
     flt: dict = {"_id": ident, mark: {"$exists": False} if seen is None else int(seen)}
-    inc = {"used_quota": total}
+    paid_from = None
     if leased:
         held = proc in (doc.get("leases") or {})
         flt[lease] = {"$exists": held}
-        inc[lease if held else "quota"] = -total
-    return Op(ident, flt, {"$inc": inc, "$set": {mark: last}})
+        paid_from = lease if held else "quota"
+    return Op(ident, flt, {"$inc": spend(total, paid_from), "$set": {mark: last}})
 
 
 def rollup_ops(d: rollups.Delta, marked: bool | None) -> list:
@@ -307,12 +316,10 @@ class Applier(Leases):
             attempts = []
             for m in marks:
                 if not leased:
-                    attempts.append(({mark: m}, {"used_quota": total}))
+                    attempts.append(({mark: m}, spend(total, None)))
                 else:
-                    attempts += [({mark: m, lease: {"$exists": True}},
-                                  {lease: -total, "used_quota": total}),
-                                 ({mark: m, lease: {"$exists": False}},
-                                  {"quota": -total, "used_quota": total})]
+                    attempts += [({mark: m, lease: {"$exists": True}}, spend(total, lease)),
+                                 ({mark: m, lease: {"$exists": False}}, spend(total, "quota"))]
             for flt, inc in attempts:
                 r = await coll.update_one({"_id": ident, **flt},
                                           {"$inc": inc, "$set": {mark: last}})
