@@ -17,34 +17,92 @@ from tornado.ioloop import IOLoop
 log = logging.getLogger("relay")
 
 
-# glibc's mallopt parameter number for M_MMAP_THRESHOLD (malloc.h).
+# glibc's mallopt parameter numbers (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 16 * 1024
+# Blocks from this size come from mappings of their own while the relay is
+# lean (below); otherwise from this one, so that a coding agent's 100 KB
+# body, its parse and its copies are served from the heap.
+MMAP_LEAN = 16 * 1024
+MMAP_THRESHOLD = 4 * 1024 * 1024
+# Free memory at the heap's top kept for the next call rather than given
+# back to the kernel (and faulted in again, page by page, at once).
+TRIM_THRESHOLD = 64 * 1024 * 1024
+TOP_PAD = 4 * 1024 * 1024
+# glibc's own, for a lean relay: what is freed goes back to the kernel.
+TRIM_LEAN = TOP_PAD_LEAN = 128 * 1024
+# Lean from this many open upstream transfers, and back below half of it.
+LEAN_FROM = 1_000
 # Tornado reads a client's socket into a fresh buffer of this size each
-# time (64 KB by default); below MMAP_THRESHOLD it stays on the heap.
-READ_CHUNK = 8 * 1024
+# time, and a body in pieces of it: a 100 KB body in two turns, not twelve.
+READ_CHUNK = 64 * 1024
+
+
+class Allocator:
+    """glibc's allocator, set for the load the relay carries.
+
+    Two costs pull apart.  A block from a mapping of its own is mapped,
+    faulted in page by page and unmapped again each time: a coding agent's
+    call makes a dozen such blocks of 100-250 KB (the body read, its parse,
+    the bytes sent on), and a tenth of the relay's CPU went to page faults
+    and munmap with a 16 KB threshold (perf, bench/agents.py).  But libcurl gives every transfer a 16 KB send
+    buffer (the least CURLOPT_UPLOAD_BUFFERSIZE allows), zeroed by calloc
+    and kept until the transfer ends, though a request fills only the
+    first few hundred bytes of it.  From the heap all four pages are
+    written by the zeroing and stay resident for the whole stream; from a
+    fresh mapping the kernel's zero pages stand in and only the page
+    written is resident: 22.7 -> 17.1 KB per transfer for libcurl alone,
+    and 500 -> 477 MiB at 9,900 streams (bench/streams.py --http1).
+
+    So the relay runs with big blocks on the heap and free memory kept at
+    its top, and turns lean (16 KB blocks mapped when the heap has no free
+    room for them, what is freed given back) from LEAN_FROM open
+    transfers, where memory is what runs out, until they fall below half
+    of that.  Blocks keep the kind
+    they were made with (glibc marks each), so switching is safe at any
+    time.  Not glibc (musl, macOS): nothing is changed."""
+
+    def __init__(self) -> None:
+        try:
+            libc = ctypes.CDLL(None)  # the process itself: libc is loaded
+            self._mallopt, self._trim = libc.mallopt, libc.malloc_trim
+        except (OSError, AttributeError):
+            self._mallopt = self._trim = None
+        self.lean: bool | None = None
+
+    def start(self) -> bool:
+        """Heap settings for a relay that is not lean; False if not glibc."""
+        return self._set(False)
+
+    def follow(self, open_transfers: int) -> None:
+        """Called as transfers start: switch at the thresholds only."""
+        if self.lean:
+            if open_transfers < LEAN_FROM // 2:
+                self._set(False)
+        elif open_transfers >= LEAN_FROM and self.lean is not None:
+            self._set(True)
+
+    def _set(self, lean: bool) -> bool:
+        if self._mallopt is None:
+            return False
+        self.lean = lean
+        mallopt = self._mallopt
+        ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_LEAN if lean else MMAP_THRESHOLD)
+                  and mallopt(_M_TRIM_THRESHOLD, TRIM_LEAN if lean else TRIM_THRESHOLD)
+                  and mallopt(_M_TOP_PAD, TOP_PAD_LEAN if lean else TOP_PAD))
+        if lean:
+            # What the heap kept for calls goes back now: glibc maps a
+            # block only when no free heap memory can hold it.
+            self._trim(0)
+        return ok
+
+
+allocator = Allocator()
 
 
 def tune_malloc() -> bool:
-    """Serve allocations of 16 KB and more from their own mappings.
-
-    libcurl gives every transfer a 16 KB send buffer (the least
-    CURLOPT_UPLOAD_BUFFERSIZE allows), zeroed by calloc and kept until the
-    transfer ends, though a request's headers and body fill only the first
-    few hundred bytes of it.  From the heap, recycled memory, all four pages
-    are written by the zeroing and stay resident for the whole stream; from
-    a fresh mapping the kernel's zero pages stand in and only the page
-    written is resident: 22.7 -> 17.1 KB per transfer for libcurl alone, and
-    558 -> 535 MB for the relay at 10,000 streams (bench/README.md).  The price
-    is a map and an unmap per transfer, and glibc no longer raising the
-    threshold by itself.  Not glibc (musl, macOS): nothing is changed.
-    """
-    try:
-        libc = ctypes.CDLL(None)  # the process itself: libc is loaded
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    return allocator.start()
 
 
 # Connections accepted in one turn of the loop.  Tornado takes up to 128:

@@ -68,6 +68,7 @@ import pycurl
 from tornado.curl_httpclient import CurlAsyncHTTPClient
 from tornado.ioloop import IOLoop
 
+from relay.serving import process
 from relay.serving.loop import epoll_set
 from relay.serving.redact import redact_uri
 from relay.upstream.transfer import Transfer
@@ -309,6 +310,7 @@ class CurlClient(CurlAsyncHTTPClient):
             t.header_lines = None  # libcurl has its own copy now (else: once connected)
         curl.xfer = t
         self.active += 1
+        process.allocator.follow(self.active)
         self._multi.add_handle(curl)
         self._kick()
 

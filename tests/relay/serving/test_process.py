@@ -21,22 +21,49 @@ def _glibc() -> bool:
     return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 
-@pytest.mark.skipif(not _glibc(), reason="mallopt is glibc's")
-def test_tune_malloc_is_accepted_by_glibc():
-    assert process.tune_malloc() is True
-    # A 16 KB block now comes from its own mapping: freeing it and asking
-    # again must still work (the allocator stays usable).
+def _mapped(size: int) -> bool:
+    """Whether glibc serves a block of `size` from a mapping of its own: the
+    IS_MMAPPED bit of the chunk's size word, just before the pointer."""
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
-    for size in (100, 16 * 1024 + 40, 70_000):
-        p = libc.malloc(size)
-        assert p
-        ctypes.memset(p, 7, size)
-        libc.free(p)
+    p = libc.malloc(size)
+    assert p
+    ctypes.memset(p, 7, size)  # the block is usable whichever it is
+    mapped = bool(ctypes.c_size_t.from_address(p - ctypes.sizeof(ctypes.c_size_t)).value & 2)
+    libc.free(p)
+    return mapped
 
 
-def test_read_chunk_stays_below_the_mapping_threshold():
+BIG = 3 * 1024 * 1024  # below MMAP_THRESHOLD, past the free room a lean heap keeps
+
+
+@pytest.mark.skipif(not _glibc(), reason="mallopt is glibc's")
+def test_big_blocks_come_from_the_heap_until_the_relay_turns_lean():
+    allocator = process.Allocator()
+    try:
+        assert allocator.start() is True
+        # An agent's body, its parse, and a block past what the heap has free.
+        assert not _mapped(100_000) and not _mapped(250_000) and not _mapped(BIG)
+        allocator.follow(process.LEAN_FROM - 1)
+        assert allocator.lean is False
+        allocator.follow(process.LEAN_FROM)
+        assert allocator.lean is True
+        # (A smaller block may still fit in free heap memory: glibc maps only
+        # what the heap cannot hold.)
+        assert _mapped(BIG)
+        # Back only below half (no switching back and forth at the line).
+        allocator.follow(process.LEAN_FROM // 2)
+        assert allocator.lean is True and _mapped(BIG)
+        allocator.follow(process.LEAN_FROM // 2 - 1)
+        assert allocator.lean is False and not _mapped(BIG)
+    finally:
+        allocator.start()
+
+
+def test_a_body_is_read_in_pieces_that_stay_on_the_heap():
+    assert process.READ_CHUNK >= 64 * 1024  # a 100 KB body in two reads
     assert process.READ_CHUNK < process.MMAP_THRESHOLD
 
 
