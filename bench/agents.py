@@ -1,7 +1,7 @@
 """Coding-agent traffic: what the calls that carry the money cost the relay.
 
     python bench/agents.py [--rounds 3] [--duration 5] [--connections 10]
-                           [--profile] [--routes messages,responses]
+                           [--profile [SECONDS]] [--routes messages,responses]
                            [--stream | --no-stream] [--tree DIR [--tree DIR2]]
 
 bench/run.py measures a 100-byte chat; a coding agent sends 60-150 KB
@@ -159,10 +159,16 @@ def headers_for(kind: str, key: str) -> dict:
     return {"x-goog-api-key": key} if kind == "gemini" else {}
 
 
+def wire(body: dict) -> bytes:
+    """A body as the agents write it: compact, and UTF-8 as is (Node's
+    JSON.stringify, serde_json), not as \\u escapes (Python's default)."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def write(work: str, name: str, body: dict) -> str:
     path = os.path.join(work, name + ".json")
-    with open(path, "w") as f:
-        json.dump(body, f, separators=(",", ":"))
+    with open(path, "wb") as f:
+        f.write(wire(body))
     return path
 
 
@@ -185,7 +191,9 @@ def main() -> int:
     ap.add_argument("--stream", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--routes", default="", help="only routes whose name holds one of these "
                                                  "comma-separated words")
-    ap.add_argument("--profile", action="store_true", help="py-spy phase table per route")
+    ap.add_argument("--profile", nargs="?", type=float, const=6.0, default=0.0,
+                    metavar="SECONDS", help="py-spy phase table per route (sampled for "
+                                            "SECONDS, 6 when not given)")
     ap.add_argument("--tree", action="append", default=[],
                     help="a checkout whose server.py runs (repeat for an A/B: each gets a relay "
                          "of its own, loaded in turn); default: this one")
@@ -256,7 +264,7 @@ def main() -> int:
             for tree, child, url, key in relays:
                 table["trees"][tree]["phases"] = {
                     name: profile(name, child.pid, url + rpath, rfile, key,
-                                  headers_for(kind, key), args.connections)
+                                  headers_for(kind, key), args.connections, args.profile)
                     for name, kind, rpath, rfile, *_ in plan}
         table["meta"] = {"when": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                          "rounds": args.rounds, "duration": args.duration,
@@ -301,7 +309,7 @@ def summarise(seen: dict, body_of: dict, plan: list) -> dict:
         relay_us = statistics.median(r["cpu_us_per_request"]["relay"] for r in seen[name]["relay"])
         direct_us = statistics.median(r["cpu_us_per_request"]["upstream"]
                                       for r in seen[name]["direct"])
-        rows[name] = {"body_bytes": len(json.dumps(body_of[kind], separators=(",", ":"))),
+        rows[name] = {"body_bytes": len(wire(body_of[kind])),
                       "relay_us": relay_us, "direct_us": direct_us,
                       "ratio": round(direct_us / relay_us, 3),
                       "relay_rps": statistics.median(r["rps"] for r in seen[name]["relay"]),
