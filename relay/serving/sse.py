@@ -39,19 +39,40 @@ class Splitter:
         self.max_event = max_event
         # per separator: its next index at or after pos, or -(end scanned + 1)
         self._next = [-1] * len(self.SEPARATORS)
+        # Until a CR arrives only LF LF can end an event: one search, not three.
+        self._cr = False
 
     def feed(self, chunk: bytes) -> None:
-        if self.pos:
-            del self.buf[:self.pos]
-            self._next = [n - self.pos if n >= self.pos else -1 if n >= 0
-                          else min(-1, n + self.pos) for n in self._next]
+        pos = self.pos
+        if pos:
+            del self.buf[:pos]
             self.pos = 0
+            if self._cr:
+                self._next = [_moved(n, pos) for n in self._next]
+            else:
+                self._next[1] = _moved(self._next[1], pos)
+                if b"\r" in chunk:
+                    self._cr = True
+        elif not self._cr and b"\r" in chunk:
+            self._cr = True
         self.buf += chunk
 
     def take(self) -> tuple[int, int] | None:
         """(end of the event's text, end past its blank line) of the next
         complete event, relative to `pos`, and moves past it; None when no
         event is complete yet."""
+        if not self._cr:
+            buf, pos = self.buf, self.pos
+            n = self._next[1]
+            if n < pos:
+                n = buf.find(b"\n\n", max(pos, -n - 2) if n < 0 else pos)
+                if n < 0:
+                    self._next[1] = -(len(buf) + 1)
+                    if len(buf) - pos > self.max_event:
+                        raise ValueError("server-sent event larger than the limit")
+                    return None
+            self.pos = n + 2
+            return n - pos, n + 2 - pos
         best, size = -1, 0
         buf, pos = self.buf, self.pos
         for k, sep in enumerate(self.SEPARATORS):
@@ -73,7 +94,14 @@ class Splitter:
     def rest(self) -> bytes:
         out = bytes(memoryview(self.buf)[self.pos:])
         self.buf, self.pos, self._next = bytearray(), 0, [-1] * len(self.SEPARATORS)
+        self._cr = False
         return out
+
+
+def _moved(n: int, pos: int) -> int:
+    """A separator's remembered place once the buffer's first `pos` bytes
+    are dropped."""
+    return n - pos if n >= pos else -1 if n >= 0 else min(-1, n + pos)
 
 
 class SSEParser:

@@ -78,6 +78,26 @@ def test_parsed_events_match_the_whole_stream_however_it_is_cut(parts, points):
     assert got == expect
 
 
+lf_blocks = st.lists(st.tuples(st.lists(st.tuples(line, st.just(b"\n")), max_size=4),
+                               st.sampled_from([b"\n", b""])), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lf_blocks, blocks, st.lists(st.integers(0, 10_000), max_size=20))
+def test_a_stream_of_lf_only_then_crs_is_split_as_the_reference(lf_parts, parts, points):
+    """What every vendor sends (LF only, one search an event) and a stream
+    whose CRs begin after many events: the splitter changes how it looks
+    for an end mid-stream, and the events are still the reference's."""
+    data = _stream(lf_parts) + _stream(parts)
+    want, rest = reference(data)
+    raw = RawEvents()
+    got = []
+    for chunk in _cuts(data, points):
+        got += [b for b, _ in raw.feed(chunk)]
+    assert got == want
+    assert [b for b, _ in raw.flush()] == ([rest] if rest.strip() else [])
+
+
 def test_a_large_event_in_many_pieces_is_one_event():
     big = b"event: response.created\ndata: {\"instructions\": \"" + b"x" * 40_000 + b"\"}\n\n"
     raw = RawEvents()
