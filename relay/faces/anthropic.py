@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 
-from relay.serving import jsonin, redact, sse
+from relay.serving import redact, sse
 from relay.money import tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.convert import anthropic as conv
 from relay.convert.anthropic_stream import ChunksToEvents
 from relay.convert.common import converted, renamed, sse_payload
 from relay.errors import _ANTHROPIC_TYPE
-from relay.faces.openai import load_json, require_model
+from relay.faces.openai import load_json, load_passing, require_model
 
 FAMILY = "anthropic"
 
@@ -82,10 +82,10 @@ def references(messages) -> int:
 def parse_messages(request_id: str, raw: bytes, headers=None, query: str = "") -> Call:
     """POST /v1/messages -> Call.  `headers` (a mapping) and `query` are the
     client's, for pass-through.  Raises RelayError(400) on a bad body."""
-    doc = load_json(raw)
+    doc, sent = load_passing(raw)
     require_model(doc)
     conv.validate(doc)
-    call = _call(request_id, jsonin.passed_on(raw, doc), doc, headers, query)
+    call = _call(request_id, sent, doc, headers, query)
     call.derive = load_json
     return call
 
@@ -93,10 +93,10 @@ def parse_messages(request_id: str, raw: bytes, headers=None, query: str = "") -
 def parse_count_tokens(request_id: str, raw: bytes, headers=None, query: str = "") -> Call:
     """POST /v1/messages/count_tokens -> Call (max_tokens is not required
     here).  Raises RelayError(400) on a bad body."""
-    doc = load_json(raw)
+    doc, sent = load_passing(raw)
     require_model(doc)
     conv.validate(dict(doc, max_tokens=1))
-    return _call(request_id, jsonin.passed_on(raw, doc), doc, headers, query,
+    return _call(request_id, sent, doc, headers, query,
                  body=converted(conv.request_to_openai, dict(doc, max_tokens=1)))
 
 

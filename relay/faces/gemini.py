@@ -11,14 +11,13 @@ import functools
 import json
 
 from relay.money import tokenizer
-from relay.serving import jsonin
 from relay.adaptors.base import Call, Chunk
 from relay.convert import gemini as conv
 from relay.convert import gemini_embed as embed
 from relay.convert.common import converted, dumps, sse_payload
 from relay.convert.gemini_stream import ChunksToStream
 from relay.errors import _GEMINI_STATUS, RelayError, bad_request
-from relay.faces.openai import load_json
+from relay.faces.openai import load_json, load_passing
 
 FAMILY = "gemini"
 CHAT_METHODS = ("generateContent", "streamGenerateContent")
@@ -35,8 +34,7 @@ def check_method(method: str) -> None:
 def parse(request_id: str, raw: bytes, model: str, method: str, sse_mode: bool) -> Call:
     """POST .../models/{model}:{method} -> Call (not for countTokens)."""
     check_method(method)
-    doc = load_json(raw)
-    raw = jsonin.passed_on(raw, doc)
+    doc, raw = load_passing(raw)
     if method in EMBED_METHODS:
         body = converted(embed.request_to_openai, doc, method, model)
         call = Call(request_id=request_id, endpoint="embeddings", face=FAMILY, model=model,

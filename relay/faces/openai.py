@@ -25,6 +25,18 @@ def load_json(raw: bytes) -> dict:
         raise jsonin.relay_error(exc) from None
 
 
+def load_passing(raw: bytes) -> tuple[dict, bytes]:
+    """load_json, and the bytes a pass-through channel is sent for the body
+    (jsonin.passed_on: the client's own unless a key may be there twice)."""
+    try:
+        doc, sent = jsonin.parse_passing(raw or b"")
+    except jsonin.BadInput as exc:
+        raise jsonin.relay_error(exc) from None
+    if not isinstance(doc, dict):
+        raise jsonin.relay_error(jsonin.BadInput("The request body must be a JSON object."))
+    return doc, sent
+
+
 def require_model(doc: dict) -> str:
     model = doc.get("model")
     if not isinstance(model, str) or not model.strip():

@@ -14,7 +14,7 @@ relay/stored_responses.py: "response" and "upstream_response_id".
 """
 from __future__ import annotations
 
-from relay.serving import jsonin, sse
+from relay.serving import sse
 from relay.money import tokenizer
 from relay.adaptors.base import Call, Chunk
 from relay.adaptors.openai_responses import FORWARD_HEADERS, rename_model
@@ -22,7 +22,7 @@ from relay.convert import responses as conv
 from relay.convert.common import converted, new_id
 from relay.convert.responses_stream import ChunksToEvents
 from relay.errors import bad_request
-from relay.faces.openai import load_json, require_model
+from relay.faces.openai import load_json, load_passing, require_model
 
 FAMILY = "openai"  # the error body
 FACE = "responses"
@@ -33,7 +33,7 @@ TOOL_PROBLEMS = ("hosted tool", "OpenAI built-in tool", "tool_choice", "tool '")
 def parse_create(request_id: str, raw: bytes, headers=None, compact: bool = False) -> Call:
     """POST /v1/responses (or /v1/responses/compact) -> Call.  Raises
     RelayError(400) on a bad body."""
-    doc = load_json(raw)
+    doc, sent = load_passing(raw)
     model = require_model(doc)
     conv.validate(doc)
     if doc.get("background") not in (None, False):
@@ -47,7 +47,7 @@ def parse_create(request_id: str, raw: bytes, headers=None, compact: bool = Fals
         raise bad_request("'stream' is not supported by /v1/responses/compact.", "invalid_value",
                           "stream")
     call = Call(request_id=request_id, endpoint="responses_compact" if compact else "responses",
-                face=FACE, model=model, body={}, raw=jsonin.passed_on(raw, doc),
+                face=FACE, model=model, body={}, raw=sent,
                 native_body=doc,
                 stream=bool(doc.get("stream")) and not compact)
     call.extra["response_id"] = new_id("resp_")

@@ -13,11 +13,12 @@ What it refuses, each with a BadInput naming the field:
   tools, and shallow enough that no code after us (converters, tokenizer,
   the BSON encoder, which refuses 100 levels) ever meets a RecursionError.
 
-Cost on the hot path: orjson's strict decode, two byte counts and three
-regex scans, all in C, and for the depth either a walk of the containers,
-level by level (a short body), or orjson's indented encoding of the
-document, searched for a line indented that deep (a coding agent's body,
-with 500 and more containers: a fifth of the walk's cost); the walk over every
+Cost on the hot path: orjson's strict decode; for the depth either a
+walk of the containers, level by level (a short body), or orjson's indented
+encoding of the document, searched for a line indented that deep (a coding
+agent's body, with 500 and more containers: a fifth of the walk's cost);
+and for the numbers orjson's compact encoding, which a pass-through face
+then compares with the client's bytes (parse_passing).  The walk over every
 value, which names the field, runs only when one of them says it will find
 something (deep nesting, a surrogate escape, a refused number).
 """
@@ -43,7 +44,8 @@ MAX_DEPTH = 64
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# Where the json module must read what orjson would not read alike: an
+# Where the json module must read what orjson would not read alike (the
+# slow path's hooks, an upstream's answer): an
 # integer of 19 digits or more, an exponent of three digits (e+308 is past
 # a float), a run of 300 digits.  Looked for in the body's shape: digits
 # read as 0, e and E as e, + as itself, all else as a space.  One pass of
@@ -94,8 +96,17 @@ def _float(text: str):
 
 def parse(raw: bytes | str, what: str = "The request body", max_depth: int = MAX_DEPTH) -> Any:
     """JSON text -> value, or BadInput saying what is wrong and where."""
-    doc = _fast(raw, max_depth)
+    doc, _ = _fast(raw, max_depth)
     return doc if doc is not _SLOW else _slow(raw, what, max_depth)
+
+
+def parse_passing(raw: bytes, what: str = "The request body") -> tuple[Any, bytes]:
+    """parse(), and the bytes a pass-through face sends upstream for this
+    body (passed_on): the parse's own compact encoding serves both."""
+    doc, compact = _fast(raw, MAX_DEPTH)
+    if doc is _SLOW:
+        doc = _slow(raw, what, MAX_DEPTH)
+    return doc, passed_on(raw, doc, compact)
 
 
 # Bodies longer than this are checked for depth on their indented encoding
@@ -105,17 +116,17 @@ _SLOW = object()
 
 
 def _fast(raw, max_depth: int):
-    """orjson's document, or _SLOW when the json module must read the body:
-    orjson refused it (the slow path says what is wrong, and where), it
-    nests too deep, or it may hold an integer past 64 bits, which orjson
-    reads as a float (where a run of 19 digits may be one, the document's
-    numbers are looked at)."""
+    """(orjson's document, its compact encoding or None), or (_SLOW, None)
+    when the json module must read the body: orjson refused it (the slow
+    path says what is wrong, and where), it nests too deep, or it may hold
+    an integer past the signed 64 bits, which orjson reads otherwise than
+    json (see _numbers_suspect)."""
     if orjson is None or not isinstance(raw, bytes):
-        return _SLOW
+        return _SLOW, None
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return _SLOW
+        return _SLOW, None
     pretty = None
     if len(raw) >= _WALK_BELOW:
         # Indented two spaces a level, an element of a container at level
@@ -129,11 +140,37 @@ def _fast(raw, max_depth: int):
             pretty = None
     deep_line = b"\n" + b" " * (2 * max_depth)
     if (pretty is None or deep_line in pretty) and not _within(doc, max_depth):
-        return _SLOW
-    shape = raw.translate(_SHAPES)
-    if _long_int(shape) and _long_int_token(raw, shape) and not _numbers_exact(doc):
-        return _SLOW
-    return doc
+        return _SLOW, None
+    try:
+        compact = orjson.dumps(doc, option=orjson.OPT_STRICT_INTEGER)
+    except TypeError:  # an integer past 53 bits, or what orjson will not write
+        compact = None
+    if (compact is None or _large_float(compact)) and not _numbers_exact(doc):
+        return _SLOW, None
+    return doc, compact
+
+
+def _large_float(compact: bytes) -> bool:
+    """Whether orjson's compact encoding of a document may hold a float of
+    2**63 or more: orjson writes those with an exponent of 18 or more
+    (9.3e+18, 1e+20), and no other value of the document writes `<digit>e+`
+    outside a string.  What orjson reads otherwise than json is an integer
+    past 64 bits (a float to orjson, and written so) or one between 2**63
+    and 2**64 (an integer past 53 bits, which OPT_STRICT_INTEGER refuses):
+    where neither may be, the walk of every number (_numbers_exact) is
+    spared.  Text that reads `1e+20` only costs that walk."""
+    # Found by its "+", which text holds far less often than "e" (a search
+    # for "e+" stops at every e: 100 us for 100 KB, against 10).
+    at = compact.find(b"+", 2)
+    while at >= 0:
+        if compact[at - 1] == 101 and 48 <= compact[at - 2] <= 57:
+            end = at + 1
+            while end < len(compact) and 48 <= compact[end] <= 57:
+                end += 1
+            if end > at + 1 and int(compact[at + 1:end]) >= 18:
+                return True
+        at = compact.find(b"+", at + 1)
+    return False
 
 
 def _slow(raw: bytes | str, what: str, max_depth: int) -> Any:
@@ -200,30 +237,6 @@ def _within(doc, max_depth: int) -> bool:
     return False
 
 
-# What may stand right before the digits of an integer token: a run of 19
-# digits after anything else (a letter, a quote, a dot) is inside a string
-# or a fraction, which both parsers read alike.
-_BEFORE_NUMBER = frozenset(b"-[:, \t\r\n")
-
-
-def _long_int_token(raw: bytes, shape: bytes) -> bool:
-    """Whether a run of 19 digits may be an integer token.  Agent bodies
-    carry such runs in their text (nanosecond times, snowflake ids, a
-    device id of zeros): most are told apart by the byte before them, and
-    the rest by a look at the document's numbers (_numbers_exact).  A run
-    is found with bytes.find (a regex tries every position: 1.6 ms for
-    100 KB) and skipped whole."""
-    at = shape.find(_LONG_RUN)
-    while at >= 0:
-        if at == 0 or raw[at - 1] in _BEFORE_NUMBER:
-            return True
-        at += len(_LONG_RUN)
-        while at < len(shape) and shape[at] == 48:
-            at += 1
-        at = shape.find(_LONG_RUN, at)
-    return False
-
-
 _INT64_FLOAT = float(2 ** 63)
 
 
@@ -264,7 +277,7 @@ def dumps(value: Any, held: bool = True) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def passed_on(raw: bytes, doc: Any) -> bytes:
+def passed_on(raw: bytes, doc: Any, mine: bytes | None = None) -> bytes:
     """The bytes a pass-through face sends upstream for a body it parsed
     into `doc`: the client's own, unless they may hold a key twice.
 
@@ -279,8 +292,10 @@ def passed_on(raw: bytes, doc: Any) -> bytes:
     unless the client escaped it as \\u003a (orjson never does), which a
     body holding "u003" is taken to have done.  So an equal count in a body
     without "u003" means no key was dropped; anything else (a duplicate, a
-    hidden colon) sends the re-encoding."""
-    mine = dumps(doc, held=False)
+    hidden colon) sends the re-encoding.  `mine`: that encoding, when the
+    parse made it already."""
+    if mine is None:
+        mine = dumps(doc, held=False)
     if mine == raw:
         return raw
     if raw.count(b":") == mine.count(b":") and b"u003" not in raw:

@@ -234,3 +234,43 @@ def test_extreme_numbers_read_alike_on_either_path(number):
     fast, slow = _fast(raw), _slow(raw)
     assert fast[0] == slow[0], (fast, slow)
     assert fast == slow or repr(fast[1]) == repr(slow[1])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_every_float_of_two_to_the_63_or_more_is_seen_in_orjsons_encoding(x):
+    """The fast path spares the walk of every number when the compact
+    encoding shows no float that large: it must never miss one."""
+    encoded = orjson.dumps({"a": [x]}, option=orjson.OPT_STRICT_INTEGER)
+    if abs(x) >= 2.0 ** 63:
+        assert jsonin._large_float(encoded), encoded
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_docs, st.booleans())
+def test_parse_passing_is_parse_then_passed_on(doc, compact):
+    """What a pass-through face reads and sends (one encoding for both) is
+    what parse and passed_on say apart, for compact and spaced bodies alike."""
+    if not isinstance(doc, dict):
+        doc = {"v": doc}
+    raw = json.dumps(doc, ensure_ascii=False, separators=(",", ":") if compact else None)
+    raw = raw.encode("utf-8", "surrogatepass")
+    try:
+        want = jsonin.parse(raw)
+    except jsonin.BadInput as exc:
+        with pytest.raises(jsonin.BadInput) as got:
+            jsonin.parse_passing(raw)
+        assert got.value.message == exc.message
+        return
+    doc_got, sent = jsonin.parse_passing(raw)
+    assert _same(doc_got, want) and sent == jsonin.passed_on(raw, want)
+
+
+@pytest.mark.parametrize("raw", [b'{"model":"dear","model":"cheap","n":1}',
+                                 b'{"model": "dear", "model": "cheap", "n": 1}',
+                                 b'{"model":"a","big":9223372036854775807}'])
+def test_parse_passing_sends_what_was_read(raw):
+    doc, sent = jsonin.parse_passing(raw)
+    assert json.loads(sent) == doc
+    if raw.count(b'"model"') == 2:
+        assert sent != raw  # the key given twice is sent once, as read
