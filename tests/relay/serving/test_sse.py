@@ -52,15 +52,19 @@ def _cuts(data: bytes, points: list[int]) -> list[bytes]:
 @settings(max_examples=300, deadline=None)
 @given(blocks, st.lists(st.integers(0, 10_000), max_size=20))
 def test_raw_events_match_the_whole_stream_however_it_is_cut(parts, points):
-    data = _stream(parts)
+    _assert_split_as_the_reference(_stream(parts), points)
+
+
+def _assert_split_as_the_reference(data: bytes, points: list[int]) -> None:
+    """RawEvents fed `data` cut at `points` gives the reference's events,
+    and the rest when it is flushed."""
     want, rest = reference(data)
     raw = RawEvents()
     got = []
     for chunk in _cuts(data, points):
         got += [b for b, _ in raw.feed(chunk)]
     assert got == want
-    left = raw.flush()
-    assert [b for b, _ in left] == ([rest] if rest.strip() else [])
+    assert [b for b, _ in raw.flush()] == ([rest] if rest.strip() else [])
 
 
 @settings(max_examples=300, deadline=None)
@@ -88,14 +92,7 @@ def test_a_stream_of_lf_only_then_crs_is_split_as_the_reference(lf_parts, parts,
     """What every vendor sends (LF only, one search an event) and a stream
     whose CRs begin after many events: the splitter changes how it looks
     for an end mid-stream, and the events are still the reference's."""
-    data = _stream(lf_parts) + _stream(parts)
-    want, rest = reference(data)
-    raw = RawEvents()
-    got = []
-    for chunk in _cuts(data, points):
-        got += [b for b, _ in raw.feed(chunk)]
-    assert got == want
-    assert [b for b, _ in raw.flush()] == ([rest] if rest.strip() else [])
+    _assert_split_as_the_reference(_stream(lf_parts) + _stream(parts), points)
 
 
 def test_a_large_event_in_many_pieces_is_one_event():
