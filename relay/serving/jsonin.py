@@ -120,7 +120,7 @@ def _fast(raw, max_depth: int):
     when the json module must read the body: orjson refused it (the slow
     path says what is wrong, and where), it nests too deep, or it may hold
     an integer past the signed 64 bits, which orjson reads otherwise than
-    json (see _numbers_suspect)."""
+    json (see _large_float)."""
     if orjson is None or not isinstance(raw, bytes):
         return _SLOW, None
     try:

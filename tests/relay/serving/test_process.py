@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ctypes
+import json
+import os
 import platform
 import socket
+import subprocess
+import sys
 
 import pytest
 from tornado.iostream import IOStream, StreamClosedError
@@ -21,45 +24,57 @@ def _glibc() -> bool:
     return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 
-def _mapped(size: int) -> bool:
-    """Whether glibc serves a block of `size` from a mapping of its own: the
-    IS_MMAPPED bit of the chunk's size word, just before the pointer."""
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
+# Run in a process of its own: glibc maps a block only when no free heap
+# memory can hold it, so what other tests left freed in this one's heap
+# would decide the answer.
+_ALLOCATOR_SCRIPT = """
+import ctypes, json
+from relay.serving import process
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+BIG = 3 * 1024 * 1024  # below MMAP_THRESHOLD, past the free room a lean heap keeps
+
+def mapped(size):
+    # the IS_MMAPPED bit of the chunk's size word, just before the pointer
     p = libc.malloc(size)
     assert p
     ctypes.memset(p, 7, size)  # the block is usable whichever it is
-    mapped = bool(ctypes.c_size_t.from_address(p - ctypes.sizeof(ctypes.c_size_t)).value & 2)
+    out = bool(ctypes.c_size_t.from_address(p - ctypes.sizeof(ctypes.c_size_t)).value & 2)
     libc.free(p)
-    return mapped
+    return out
 
-
-BIG = 3 * 1024 * 1024  # below MMAP_THRESHOLD, past the free room a lean heap keeps
+a = process.Allocator()
+seen = {"started": a.start(), "body": mapped(100_000), "parse": mapped(250_000),
+        "big": mapped(BIG)}
+a.follow(process.LEAN_FROM - 1)
+seen["below"] = (a.lean, mapped(BIG))
+a.follow(process.LEAN_FROM)
+seen["lean"] = (a.lean, mapped(BIG))
+a.follow(process.LEAN_FROM // 2)
+seen["half"] = (a.lean, mapped(BIG))
+a.follow(process.LEAN_FROM // 2 - 1)
+seen["back"] = (a.lean, mapped(BIG))
+print(json.dumps(seen))
+"""
 
 
 @pytest.mark.skipif(not _glibc(), reason="mallopt is glibc's")
 def test_big_blocks_come_from_the_heap_until_the_relay_turns_lean():
-    allocator = process.Allocator()
-    try:
-        assert allocator.start() is True
-        # An agent's body, its parse, and a block past what the heap has free.
-        assert not _mapped(100_000) and not _mapped(250_000) and not _mapped(BIG)
-        allocator.follow(process.LEAN_FROM - 1)
-        assert allocator.lean is False
-        allocator.follow(process.LEAN_FROM)
-        assert allocator.lean is True
-        # (A smaller block may still fit in free heap memory: glibc maps only
-        # what the heap cannot hold.)
-        assert _mapped(BIG)
-        # Back only below half (no switching back and forth at the line).
-        allocator.follow(process.LEAN_FROM // 2)
-        assert allocator.lean is True and _mapped(BIG)
-        allocator.follow(process.LEAN_FROM // 2 - 1)
-        assert allocator.lean is False and not _mapped(BIG)
-    finally:
-        allocator.start()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    out = subprocess.run([sys.executable, "-c", _ALLOCATOR_SCRIPT], cwd=root, timeout=60,
+                         capture_output=True, text=True, check=True)
+    seen = json.loads(out.stdout)
+    assert seen["started"] is True
+    # An agent's body, its parse, and a bigger block: all from the heap.
+    assert not seen["body"] and not seen["parse"] and not seen["big"]
+    assert seen["below"] == [False, False]
+    assert seen["lean"] == [True, True]  # mapped, and given back when freed
+    assert seen["half"] == [True, True]  # back only below half: no flapping at the line
+    assert seen["back"] == [False, False]
 
 
 def test_a_body_is_read_in_pieces_that_stay_on_the_heap():
