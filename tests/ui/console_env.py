@@ -112,15 +112,27 @@ def quota_of(br) -> int:
 
 
 def make_usage(relay, env) -> None:
-    """One call of each model through the relay, and wait for the records."""
+    """One call of each model through the relay, and wait until the records
+    and the daily rollups the dashboard reads (through the reports server)
+    show both: a fixed second was not enough on a loaded machine."""
+    models = ("gpt-4o-mini", "gpt-4o")
+    before = own_requests(env)
     key = env["api"].create_token("warmup", unlimited_quota=True)
-    for model in ("gpt-4o-mini", "gpt-4o"):
+    for model in models:
         r = requests.post(relay.url + "/v1/chat/completions",
                           headers={"Authorization": f"Bearer {key['key']}"},
                           json={"model": model, "messages": [{"role": "user", "content": "x"}]},
                           timeout=60)
         assert r.status_code == 200
-    time.sleep(1.0)
+    # Every half second: a chart costs 11 of the account's 600 /api units a
+    # minute, and the page under test asks for its own.
+    deadline = time.monotonic() + 30
+    while True:
+        daily = env["api"].get("/api/log/self/daily?days=30")["data"]
+        if set(models) <= set(daily["models"]) and own_requests(env) >= before + len(models):
+            return
+        assert time.monotonic() < deadline, f"usage not shown after 30 s: {daily}"
+        time.sleep(0.5)
 
 
 def own_requests(env, model: str = "") -> int:
