@@ -46,8 +46,9 @@ class Allocator:
     faulted in page by page and unmapped again each time: a coding agent's
     call makes a dozen such blocks of 100-250 KB (the body read, its parse,
     the bytes sent on), and a tenth of the relay's CPU went to page faults
-    and munmap with a 16 KB threshold (perf, bench/agents.py).  But libcurl gives every transfer a 16 KB send
-    buffer (the least CURLOPT_UPLOAD_BUFFERSIZE allows), zeroed by calloc
+    and munmap with a 16 KB threshold (perf, bench/agents.py).  But libcurl
+    gives every transfer a 16 KB send buffer (the least
+    CURLOPT_UPLOAD_BUFFERSIZE allows), zeroed by calloc
     and kept until the transfer ends, though a request fills only the
     first few hundred bytes of it.  From the heap all four pages are
     written by the zeroing and stay resident for the whole stream; from a
@@ -59,9 +60,9 @@ class Allocator:
     its top, and turns lean (16 KB blocks mapped when the heap has no free
     room for them, what is freed given back) from LEAN_FROM open
     transfers, where memory is what runs out, until they fall below half
-    of that.  Blocks keep the kind
-    they were made with (glibc marks each), so switching is safe at any
-    time.  Not glibc (musl, macOS): nothing is changed."""
+    of that.  Blocks keep the kind they were made with (glibc marks each),
+    so switching is safe at any time.  Not glibc (musl, macOS): nothing is
+    changed."""
 
     def __init__(self) -> None:
         try:
