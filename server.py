@@ -306,7 +306,7 @@ async def serve(config, lock: DataDirLock, sockets: list) -> None:
                database=store.embedded.url if store.embedded else "", db_name=config.db_name)
     files = process.raise_open_file_limit()
     process.tune_gc()
-    process.tune_malloc()
+    process.allocator.start()
     full_gc = PeriodicCallback(gc.collect, 300_000)  # what cycles rare paths leave
     full_gc.start()
     server = process.RelayHTTPServer(app, xheaders=False, max_body_size=8 * 1024 * 1024,

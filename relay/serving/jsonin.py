@@ -100,13 +100,13 @@ def parse(raw: bytes | str, what: str = "The request body", max_depth: int = MAX
     return doc if doc is not _SLOW else _slow(raw, what, max_depth)
 
 
-def parse_passing(raw: bytes, what: str = "The request body") -> tuple[Any, bytes]:
-    """parse(), and the bytes a pass-through face sends upstream for this
-    body (passed_on): the parse's own compact encoding serves both."""
+def parse_passing(raw: bytes, what: str = "The request body") -> tuple[dict, bytes]:
+    """parse_object(), and the bytes a pass-through face sends upstream for
+    this body (passed_on): the parse's own compact encoding serves both."""
     doc, compact = _fast(raw, MAX_DEPTH)
     if doc is _SLOW:
         doc = _slow(raw, what, MAX_DEPTH)
-    return doc, passed_on(raw, doc, compact)
+    return _object(doc, what), passed_on(raw, doc, compact)
 
 
 # Bodies longer than this are checked for depth on their indented encoding
@@ -318,7 +318,10 @@ def loads_answer(body: bytes | str) -> Any:
 
 
 def parse_object(raw: bytes | str, what: str = "The request body") -> dict:
-    doc = parse(raw, what)
+    return _object(parse(raw, what), what)
+
+
+def _object(doc: Any, what: str) -> dict:
     if not isinstance(doc, dict):
         raise BadInput(f"{what} must be a JSON object.")
     return doc

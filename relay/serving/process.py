@@ -102,10 +102,6 @@ class Allocator:
 allocator = Allocator()
 
 
-def tune_malloc() -> bool:
-    return allocator.start()
-
-
 # Connections accepted in one turn of the loop.  Tornado takes up to 128:
 # with a burst of new streams arriving, each costs a few hundred
 # microseconds (its objects, its first read), and turns of 20-30 ms made

@@ -49,11 +49,9 @@ class Splitter:
             self.pos = 0
             if self._cr:
                 self._next = [_moved(n, pos) for n in self._next]
-            else:
+            else:  # only LF LF's place is kept until a CR arrives
                 self._next[1] = _moved(self._next[1], pos)
-                if b"\r" in chunk:
-                    self._cr = True
-        elif not self._cr and b"\r" in chunk:
+        if not self._cr and b"\r" in chunk:
             self._cr = True
         self.buf += chunk
 
