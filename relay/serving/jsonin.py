@@ -13,12 +13,11 @@ What it refuses, each with a BadInput naming the field:
   tools, and shallow enough that no code after us (converters, tokenizer,
   the BSON encoder, which refuses 100 levels) ever meets a RecursionError.
 
-Cost on the hot path: orjson's strict decode; for the depth either a
-walk of the containers, level by level (a short body), or orjson's indented
-encoding of the document, searched for a line indented that deep (a coding
-agent's body, with 500 and more containers: a fifth of the walk's cost);
-and for the numbers orjson's compact encoding, which a pass-through face
-then compares with the client's bytes (parse_passing).  The walk over every
+Cost on the hot path: orjson's strict decode and one compact encoding,
+which checks the depth (the document goes in nested in lists, so that
+orjson's own limit on nesting is met one level past MAX_DEPTH) and the
+numbers (see _large_float), and which a pass-through face then compares
+with the client's bytes (parse_passing).  The walk over every
 value, which names the field, runs only when one of them says it will find
 something (deep nesting, a surrogate escape, a refused number).
 """
@@ -109,10 +108,35 @@ def parse_passing(raw: bytes, what: str = "The request body") -> tuple[dict, byt
     return _object(doc, what), passed_on(raw, doc, compact)
 
 
-# Bodies longer than this are checked for depth on their indented encoding
-# (below); a short one's containers are walked, which costs less than that.
-_WALK_BELOW = 4096
 _SLOW = object()
+# A body shorter than this has its containers walked for the depth: the
+# lists that _encoded_within nests a document in cost more than that walk.
+_WALK_BELOW = 4096
+
+
+def _deepest_written() -> int:
+    """How many containers deep orjson writes a document (254: past that
+    it raises "Recursion limit reached"), or 0 when this orjson does not
+    behave so, and _fast walks the containers instead."""
+    if orjson is None:
+        return 0
+    def nested(n):
+        doc = 0
+        for _ in range(n):
+            doc = [doc]
+        return doc
+    try:
+        orjson.dumps(nested(254))
+    except TypeError:
+        return 0
+    try:
+        orjson.dumps(nested(255))
+    except TypeError:
+        return 254
+    return 0
+
+
+_DEEPEST_WRITTEN = _deepest_written()
 
 
 def _fast(raw, max_depth: int):
@@ -127,27 +151,40 @@ def _fast(raw, max_depth: int):
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return _SLOW, None
-    pretty = None
-    if len(raw) >= _WALK_BELOW:
-        # Indented two spaces a level, an element of a container at level
-        # max_depth (the document is level 1) starts a line with 2 x
-        # max_depth spaces (newlines in strings are escaped): without one,
-        # nothing is nested deeper.  One C pass where the walk of an agent's
-        # 500 and more containers took several times orjson's parse.
+    compact = _encoded_within(doc, max_depth) if len(raw) >= _WALK_BELOW else None
+    if compact is None:
+        # A short body; or one too deep, with an integer past 53 bits, or
+        # with what orjson will not write: the walks say which.
+        if not _within(doc, max_depth):
+            return _SLOW, None
         try:
-            pretty = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
-        except TypeError:  # what orjson will not write (it nests past its own limit)
-            pretty = None
-    deep_line = b"\n" + b" " * (2 * max_depth)
-    if (pretty is None or deep_line in pretty) and not _within(doc, max_depth):
-        return _SLOW, None
-    try:
-        compact = orjson.dumps(doc, option=orjson.OPT_STRICT_INTEGER)
-    except TypeError:  # an integer past 53 bits, or what orjson will not write
-        compact = None
+            compact = orjson.dumps(doc, option=orjson.OPT_STRICT_INTEGER)
+        except TypeError:
+            compact = None
     if (compact is None or _large_float(compact)) and not _numbers_exact(doc):
         return _SLOW, None
     return doc, compact
+
+
+def _encoded_within(doc, max_depth: int) -> bytes | None:
+    """orjson's compact encoding of doc when doc nests no deeper than
+    max_depth and holds no integer past 53 bits, else None (either or
+    neither).  One encoding checks the depth as well: doc goes in as the
+    innermost of enough lists that orjson's own limit on nesting falls
+    one level past max_depth.  A walk of an agent's 500 and more
+    containers cost more than orjson's parse, and the indented encoding
+    searched for a line that deep as much as this whole encoding."""
+    wrap = _DEEPEST_WRITTEN - max_depth
+    if wrap <= 0:
+        return None
+    wrapped = doc
+    for _ in range(wrap):
+        wrapped = [wrapped]
+    try:
+        out = orjson.dumps(wrapped, option=orjson.OPT_STRICT_INTEGER)
+    except TypeError:
+        return None
+    return out[wrap:len(out) - wrap]
 
 
 def _large_float(compact: bytes) -> bool:

@@ -170,6 +170,37 @@ def test_the_fast_path_keeps_orjsons_document_for_a_deep_but_allowed_body():
     assert not calls  # the json module was not needed
 
 
+def test_orjson_writes_254_containers_deep_and_no_deeper():
+    """The depth check leans on orjson's own limit on what it writes; an
+    orjson that moved it leaves the check to the walk of the containers."""
+    assert jsonin._DEEPEST_WRITTEN == 254
+
+
+@pytest.mark.parametrize("written", ["orjson's limit", "the walk"])
+@pytest.mark.parametrize("depth", [63, 64, 65])
+@pytest.mark.parametrize("number", [7, 2 ** 60, 2 ** 64, 1e300])
+def test_the_depth_and_the_numbers_by_one_encoding_or_by_the_walks(monkeypatch, written,
+                                                                  depth, number):
+    """At the limit and one past it, with numbers orjson writes as they are,
+    refuses (past 53 bits) or reads otherwise than json: the answer is the
+    json path's, and a body of allowed depth and numbers never needs it."""
+    if written == "the walk":
+        monkeypatch.setattr(jsonin, "_DEEPEST_WRITTEN", 0)
+    deep: object = number
+    for i in range(depth - 1):
+        deep = [deep] if i % 2 else {"k": deep}
+    raw = json.dumps({"tools": [{"a": [[[]]]} for _ in range(100)], "deep": deep}).encode()
+    calls = []
+    saved = json.loads
+    monkeypatch.setattr(json, "loads", lambda *a, **k: calls.append(1) or saved(*a, **k))
+    fast = _fast(raw)
+    monkeypatch.setattr(json, "loads", saved)
+    assert fast == _slow(raw)
+    assert fast[0] == ("ok" if depth <= jsonin.MAX_DEPTH and number != 2 ** 64 else "refused")
+    if fast[0] == "ok" and number != 1e300:
+        assert not calls
+
+
 @pytest.mark.parametrize("text", ["\\ud83d\\ude00", "\\u4f60\\u597d \\ud83e\\udd16", "\\ud800",
                                   "\\udc00", "x\\ud800\\u0041", "\\ude00\\ud83d"])
 def test_surrogate_escapes_go_the_fast_way_and_agree(text):
