@@ -30,6 +30,12 @@ per answered call (they hold still on a shared machine; req/s does not):
   ratio        direct us / relay us: 1.0 means the relay costs what the
                upstream itself does; the goal is >= 0.6
   x small      relay us / the relay's CPU on the 100-byte chat
+  bare us      bench/bare_proxy.py's CPU per call (Tornado + curl on uvloop,
+               forwarding and nothing else) on a pass-through route's body:
+               what the bytes cost the stack itself
+  goal us      the issue's goal for a pass-through route: 1.3 x the relay's
+               small chat, plus the bare proxy's cost of this body over its
+               cost of the small chat
 
 --profile samples the relay with py-spy (100 Hz) under each route and
 prints where the time goes by phase (parse the client's body, estimate
@@ -82,6 +88,15 @@ ROUTES = [
 # The client body's own format: where it goes when sent direct.
 DIRECT = {"claude": ("anthropic", "claude-sonnet-4-5"), "codex": ("openai", "gpt-5"),
           "gemini": ("gemini", "gemini-2.5-pro"), "small": ("openai", "gpt-5")}
+
+
+
+def passes(name: str) -> str | None:
+    """The upstream type of a route whose body passes through (the channel
+    speaks the client's format), or None for a converted route."""
+    kind, ctype = next((r[1], r[2]) for r in ROUTES if r[0] == name)
+    return ctype if DIRECT[kind][0] == ctype else None
+
 
 # Phases of a relayed call, by the innermost frame of a sample that falls in
 # one (a json or re frame counts for the code that called it).
@@ -194,6 +209,9 @@ def main() -> int:
     ap.add_argument("--profile", nargs="?", type=float, const=6.0, default=0.0,
                     metavar="SECONDS", help="py-spy phase table per route (sampled for "
                                             "SECONDS, 6 when not given)")
+    ap.add_argument("--bare", action=argparse.BooleanOptionalAction, default=True,
+                    help="load bench/bare_proxy.py (Tornado + curl, nothing else) with each "
+                         "pass-through route's body too: the stack's own cost of the bytes")
     ap.add_argument("--tree", action="append", default=[],
                     help="a checkout whose server.py runs (repeat for an A/B: each gets a relay "
                          "of its own, loaded in turn); default: this one")
@@ -221,6 +239,7 @@ def main() -> int:
             children.append(child)
             relays.append((tree, child, url, setup(url, urls, routes)))
         plan = []  # (route name, kind, relay path, relay body file, direct url, path, file)
+        bare = {}  # upstream type -> (child, url): the stack's floor for a pass-through
         for i, (name, kind, ctype, upstream_model, options) in enumerate(routes):
             public = f"bench-{i}-{ctype}"
             dtype, dmodel = DIRECT[kind]
@@ -228,13 +247,19 @@ def main() -> int:
                          write(work, f"relay-{i}", with_model(kind, body_of[kind], public)),
                          urls[dtype], path_for(kind, dmodel, args.stream),
                          write(work, f"direct-{i}", with_model(kind, body_of[kind], dmodel))))
+            if ctype == dtype and args.bare and dtype not in bare:
+                bare[dtype] = procs.start_bare_proxy(work, urls[dtype], uvloop=True)
+                children.append(bare[dtype][0])
         for _, _, url, key in relays:
             for name, kind, rpath, rfile, durl, dpath, dfile in plan:
                 check(url, rpath, rfile, key, headers_for(kind, key))
                 check(durl, dpath, dfile, "upstream-key", headers_for(kind, "upstream-key"))
+                if passes(name) in bare:
+                    check(bare[passes(name)][1], dpath, dfile, "upstream-key",
+                          headers_for(kind, "upstream-key"))
                 procs.wrk(url + rpath, "", key, args.connections, duration=2,  # warm-up
                           body_file=rfile, headers=headers_for(kind, key))
-        seen: dict = {tree: {name: {"relay": [], "direct": []} for name, *_ in plan}
+        seen: dict = {tree: {name: {"relay": [], "direct": [], "bare": []} for name, *_ in plan}
                       for tree in trees}
         print(f"load average at start: {os.getloadavg()}", flush=True)
         for n in range(args.rounds):
@@ -255,6 +280,16 @@ def main() -> int:
                                                f"{run['socket_errors']}")
                     seen[tree][name]["direct"].append(d)
                     seen[tree][name]["relay"].append(r)
+                    if passes(name) in bare and tree == trees[0]:
+                        child_b, burl = bare[passes(name)]
+                        b = procs.wrk(burl + dpath, "", "upstream-key", args.connections,
+                                      duration=args.duration, watch={"bare": child_b.pid},
+                                      body_file=dfile, headers=headers_for(kind, "upstream-key"))
+                        if b["non_2xx"] or b["socket_errors"]:
+                            raise RuntimeError(f"{name} bare: {b['non_2xx']} non-2xx, "
+                                               f"{b['socket_errors']}")
+                        for t in trees:
+                            seen[t][name]["bare"].append(b)
                     print(f"  round {n + 1} {name:26s} {tree[-24:]:>24s} relay "
                           f"{r['cpu_us_per_request']['relay']:7.0f} us  direct "
                           f"{d['cpu_us_per_request']['upstream']:7.0f} us", flush=True)
@@ -315,19 +350,30 @@ def summarise(seen: dict, body_of: dict, plan: list) -> dict:
                       "relay_rps": statistics.median(r["rps"] for r in seen[name]["relay"]),
                       "upstream_us_relayed": statistics.median(
                           r["cpu_us_per_request"]["upstream"] for r in seen[name]["relay"])}
-    small = rows.get("chat 100 B", {}).get("relay_us")
+        if seen[name]["bare"]:
+            rows[name]["bare_us"] = statistics.median(r["cpu_us_per_request"]["bare"]
+                                                      for r in seen[name]["bare"])
+    small = rows.get("chat 100 B", {})
     for row in rows.values():
-        row["x_small"] = round(row["relay_us"] / small, 2) if small else None
+        row["x_small"] = round(row["relay_us"] / small["relay_us"], 2) if small else None
+        # The issue's goal for a pass-through: 1.3 x the relay's small chat,
+        # plus what the bytes cost the stack itself (the bare proxy's CPU on
+        # this body less its CPU on the small chat).
+        if "bare_us" in row and "bare_us" in small and row is not small:
+            row["goal_us"] = round(1.3 * small["relay_us"] + row["bare_us"] - small["bare_us"])
     return {"routes": rows}
 
 
 def render(table: dict) -> None:
     print(f"\n{'route':26s} {'body':>8s} {'relay us':>9s} {'direct us':>9s} {'ratio':>6s} "
-          f"{'x small':>7s} {'relay/s':>8s}   (CPU per call, medians)")
+          f"{'x small':>7s} {'bare us':>8s} {'goal us':>8s} {'relay/s':>8s}"
+          "   (CPU per call, medians)")
     for name, r in table["routes"].items():
         xs = "" if r["x_small"] is None else f"{r['x_small']:.2f}"
+        bare = f"{r['bare_us']:.0f}" if "bare_us" in r else ""
+        goal = f"{r['goal_us']:.0f}" if "goal_us" in r else ""
         print(f"{name:26s} {r['body_bytes']:8,d} {r['relay_us']:9.0f} {r['direct_us']:9.0f} "
-              f"{r['ratio']:6.2f} {xs:>7s} {r['relay_rps']:8.0f}")
+              f"{r['ratio']:6.2f} {xs:>7s} {bare:>8s} {goal:>8s} {r['relay_rps']:8.0f}")
     for name, rows in (table.get("phases") or {}).items():
         if not rows:
             continue

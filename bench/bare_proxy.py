@@ -17,15 +17,22 @@ from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 
 
+PASSED = {"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Anthropic-Version"}
+
+
 class Forward(tornado.web.RequestHandler):
     def initialize(self, upstream: str, client: CurlAsyncHTTPClient):
         self.upstream = upstream
         self.client = client
 
     async def post(self, path: str) -> None:
+        # The vendor's own key headers pass (bench/agents.py sends each
+        # format's); otherwise the fake's test key.
         headers = {"Content-Type": "application/json", "Authorization": "Bearer bench"}
-        if b'"stream":true' not in self.request.body:
-            r = await self.client.fetch(self.upstream + path, method="POST", headers=headers,
+        headers.update((h, v) for h, v in self.request.headers.get_all() if h in PASSED)
+        url = self.upstream + self.request.uri
+        if b'"stream":true' not in self.request.body and "alt=sse" not in url:
+            r = await self.client.fetch(url, method="POST", headers=headers,
                                         body=self.request.body, raise_error=False)
             self.set_status(r.code)
             self.set_header("Content-Type", r.headers.get("Content-Type", "application/json"))
@@ -36,7 +43,7 @@ class Forward(tornado.web.RequestHandler):
         def chunk(data: bytes) -> None:
             self.write(data)
             self.flush()
-        await self.client.fetch(self.upstream + path, method="POST", headers=headers,
+        await self.client.fetch(url, method="POST", headers=headers,
                                 body=self.request.body, streaming_callback=chunk,
                                 raise_error=False)
         self.finish()
