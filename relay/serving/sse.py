@@ -7,6 +7,7 @@ Its buffer holds at most one unfinished event, bounded by `max_event`.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -135,25 +136,32 @@ class SSEParser:
                 yield ev
 
 
+_EOL = re.compile(rb"\r\n|\r|\n")
+
+
 def parse_block(raw: bytes) -> Event | None:
     """One event from its bytes (its blank line may follow); None for a
-    block of comments only (a keepalive)."""
-    data, event, ident = [], "", ""
-    for line in raw.decode("utf-8", errors="replace").splitlines():
-        if not line or line.startswith(":"):
+    block of comments only (a keepalive).  Lines end at CR LF, LF or CR
+    and nowhere else: models write U+2028 and U+0085 raw inside JSON
+    strings, where str.splitlines() ended the line and cut the data.
+    Read as bytes, and each value decoded once."""
+    data, event, ident = [], b"", b""
+    for line in (raw.split(b"\n") if b"\r" not in raw else _EOL.split(raw)):
+        if not line or line[0] == 58:  # a blank line, or a comment (":")
             continue
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
+        name, _, value = line.partition(b":")
+        if value[:1] == b" ":
             value = value[1:]
-        if name == "data":
+        if name == b"data":
             data.append(value)
-        elif name == "event":
+        elif name == b"event":
             event = value
-        elif name == "id":
+        elif name == b"id":
             ident = value
     if not data and not event:
         return None
-    return Event("\n".join(data), event, ident)
+    return Event((data[0] if len(data) == 1 else b"\n".join(data)).decode("utf-8", "replace"),
+                 event.decode("utf-8", "replace"), ident.decode("utf-8", "replace"))
 
 
 def encode(data: Any, event: str | None = None) -> bytes:

@@ -113,3 +113,50 @@ def test_an_event_over_the_limit_is_refused():
     except ValueError:
         return
     raise AssertionError("an unfinished event past max_event was kept")
+
+
+def spec_block(raw: bytes) -> sse.Event | None:
+    """An event's fields as the SSE grammar reads them: a line ends at CR LF,
+    LF or CR and nowhere else; `name: value` (one space after the colon
+    dropped), a line starting with a colon is a comment."""
+    import re
+    data, event, ident = [], "", ""
+    for ln in re.split(r"\r\n|\r|\n", raw.decode("utf-8", errors="replace")):
+        if not ln or ln.startswith(":"):
+            continue
+        name, _, value = ln.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id":
+            ident = value
+    return sse.Event("\n".join(data), event, ident) if data or event else None
+
+
+# Text a model writes inside a JSON string, raw (orjson, serde_json and Go
+# write U+2028, U+2029 and U+0085 unescaped): str.splitlines() would end a
+# line at each, and the event's data there.
+text_line = st.builds(lambda name, sp, body: name + sp + body,
+                      st.sampled_from([b"data", b"event", b"id", b"retry", b"", b"data ", b"Data"]),
+                      st.sampled_from([b":", b": ", b":  ", b""]),
+                      st.text(st.sampled_from(list("ab :{}\"\\\u2028\u2029\u0085\x0b\x0c\x1c\x1d"
+                                                   "\x1e\u00e9\U0001f600")), max_size=12)
+                      .map(lambda s: s.encode()))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(text_line, ending), max_size=5), st.sampled_from([b"\n", b"\r\n", b""]))
+def test_an_event_is_read_as_the_sse_grammar_reads_it(lines, end):
+    raw = b"".join(t + e for t, e in lines) + end
+    assert sse.parse_block(raw) == spec_block(raw)
+
+
+def test_a_delta_holding_a_line_separator_is_read_whole():
+    text = "one\u2028two\u2029three\u0085four"
+    raw = ('event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+           '"delta":{"type":"text_delta","text":"%s"}}\n\n' % text).encode()
+    (_, ev), = RawEvents().feed(raw)
+    assert ev.event == "content_block_delta"
+    assert sse.Event.json(ev)["delta"]["text"] == text
