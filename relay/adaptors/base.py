@@ -182,6 +182,7 @@ def refuse_unbridgeable(call: Call, channel) -> None:
     makes them a 400 instead.  A tool_choice that forces one, and items
     only OpenAI can read, are a 400 unless `drop_hosted_tools` drops the
     tool_choice too."""
+    call.body  # noqa: B018 (the Responses face makes its bridge when call.body is read)
     bridge = call.extra.get("bridge")
     problems = list(getattr(bridge, "problems", None) or ())
     opts = channel.options or {}

@@ -3,9 +3,9 @@
 POST /v1/responses, answered in the Responses format whatever the channel.
 
 Like the other faces: `parse_create` builds a Call whose body is the
-canonical chat request (for channels that speak only chat, and for
-estimates) and keeps the client's own body and bytes for channels that
-speak Responses; `StreamWriter` writes Responses events; `render` a whole
+canonical chat request (for channels that speak only chat; made when first
+read) and keeps the client's own body and bytes for channels that speak
+Responses; `StreamWriter` writes Responses events; `render` a whole
 Response.  Errors use the OpenAI error body.
 
 What the relay must remember of a call (the finished response for the
@@ -21,7 +21,8 @@ from relay.adaptors.openai_responses import FORWARD_HEADERS, rename_model
 from relay.convert import responses as conv
 from relay.convert.common import converted, new_id
 from relay.convert.responses_stream import ChunksToEvents
-from relay.errors import bad_request
+from relay.convert.responses_tools import ToolNames
+from relay.errors import RelayError, bad_request
 from relay.faces.openai import load_json, load_passing, require_model
 
 FAMILY = "openai"  # the error body
@@ -47,9 +48,9 @@ def parse_create(request_id: str, raw: bytes, headers=None, compact: bool = Fals
         raise bad_request("'stream' is not supported by /v1/responses/compact.", "invalid_value",
                           "stream")
     call = Call(request_id=request_id, endpoint="responses_compact" if compact else "responses",
-                face=FACE, model=model, body={}, raw=sent,
+                face=FACE, model=model, body=None, raw=sent,
                 native_body=doc,
-                stream=bool(doc.get("stream")) and not compact)
+                stream=bool(doc.get("stream")) and not compact, canonical=_no_body)
     call.extra["response_id"] = new_id("resp_")
     call.extra["client_headers"] = {h: headers[h] for h in FORWARD_HEADERS
                                     if headers is not None and headers.get(h)}
@@ -62,21 +63,67 @@ def continue_from(call: Call, history: list) -> None:
     call continues (a response stored here) before its own input.  A call
     ending in a compaction_trigger item is, on the bridge, a compaction
     like /v1/responses/compact: the model summarises (with no tools), and
-    the answer is one compaction item carrying that summary."""
-    bridge = converted(conv.request_to_chat, call.native_body, history)
-    trigger = call.endpoint == "responses" and conv.wants_compaction(call.native_body)
-    if call.endpoint == "responses_compact" or trigger:
-        bridge.body["messages"].append({"role": "user", "content": COMPACT_PROMPT})
-    if trigger:
+    the answer is one compaction item carrying that summary.
+
+    The bridge (the chat body and how its names map back) is made the
+    first time something reads call.body (Call.canonical): a Responses
+    channel is sent the client's own items, and converting Codex's 80 KB
+    of them for nothing was a twentieth of the call.  What the reservation
+    reads is noted from the items themselves (relay/bounds.py)."""
+    if call.endpoint == "responses" and conv.wants_compaction(call.native_body):
         call.extra["compaction"] = True
+    call.extra.pop("bridge", None)
+    call.__dict__.pop("body", None)
+    call.canonical = lambda native: _bridge(call, native, history)
+    call.extra["references"] = references(history) + references(conv.items_of(call.native_body))
+    call.extra["output_asked"] = call.native_body.get("max_output_tokens")
+
+
+def _bridge(call: Call, native: dict, history: list) -> dict:
+    bridge = converted(conv.request_to_chat, native, history)
+    if call.endpoint == "responses_compact" or call.extra.get("compaction"):
+        bridge.body["messages"].append({"role": "user", "content": COMPACT_PROMPT})
+    if call.extra.get("compaction"):
         for key in ("tools", "tool_choice", "parallel_tool_calls"):
             bridge.body.pop(key, None)
         bridge.problems = [p for p in bridge.problems if not p.startswith(TOOL_PROBLEMS)]
-    call.body = bridge.body
     call.extra["bridge"] = bridge
     # Files and images by id or URL that the bridge could not carry still
-    # reach a Responses upstream (relay/bounds.py).
-    call.extra["native_references"] = sum("file_id" in p for p in bridge.problems)
+    # reach a Responses upstream: counted in "references" above.
+    return bridge.body
+
+
+def _no_body(native: dict) -> dict:
+    raise AssertionError("continue_from sets the bridge before anything reads call.body")
+
+
+def bridge_of(call: Call):
+    """The call's bridge, made now if nothing has read call.body yet."""
+    call.body  # noqa: B018
+    return call.extra["bridge"]
+
+
+def references(items) -> int:
+    """Images and files in Responses items that the upstream fetches by
+    reference (a URL that is not a data: URL, a file id): their size is not
+    in the body (relay/bounds.py).  What the bridge's chat messages and its
+    problems counted, read off the items: an assistant turn's images too,
+    which only errs on the safe side."""
+    n = 0
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict) or item.get("type", "message") != "message":
+            continue
+        content = item.get("content")
+        for part in content if isinstance(content, list) else ():
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "input_image":
+                url = part.get("image_url")
+                n += not (isinstance(url, str) and url.startswith("data:"))
+            elif kind == "input_file":
+                n += not part.get("file_data")
+    return n
 
 
 # A compaction on a channel that speaks only chat is the model's own summary.
@@ -104,10 +151,23 @@ class StreamWriter:
 
     def __init__(self, call: Call):
         self.call = call
-        self.conv = ChunksToEvents(_shell(call), call.extra["bridge"].names,
-                                   int(call.extra.get("prompt_tokens", 0)),
-                                   compaction=bool(call.extra.get("compaction")))
+        self._conv = None
         self.passthrough = False
+
+    @property
+    def conv(self) -> ChunksToEvents:
+        """Made for the first canonical chunk: a pass-through needs none
+        (nor the bridge it reads)."""
+        if self._conv is None:
+            call = self.call
+            try:
+                names = bridge_of(call).names
+            except RelayError:  # a body only a Responses channel reads, its stream empty
+                names = ToolNames()
+            self._conv = ChunksToEvents(_shell(call), names,
+                                        int(call.extra.get("prompt_tokens", 0)),
+                                        compaction=bool(call.extra.get("compaction")))
+        return self._conv
 
     def write(self, chunk: Chunk) -> bytes:
         if chunk.raw is not None:
@@ -155,7 +215,7 @@ def render(call: Call, doc: dict) -> dict:
         return compaction_from_chat(call, doc)
     if "response" in call.extra:  # rendered already, to be stored
         return call.extra["response"]
-    resp = conv.response_from_chat(doc, _shell(call), call.extra["bridge"].names)
+    resp = conv.response_from_chat(doc, _shell(call), bridge_of(call).names)
     if call.extra.get("compaction"):
         summary = conv.text_of(((doc.get("choices") or [{}])[0].get("message") or {}).get(
             "content"))

@@ -12,6 +12,8 @@ import time
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import requests
 
 from models.records import Price
@@ -237,15 +239,24 @@ def test_references_and_tools_add_to_the_input_bound():
     assert got == len(call.raw) + bounds.REFERENCE_TOKENS + bounds.TOOLS_TOKENS
 
 
-@pytest.mark.parametrize("face", ["anthropic", "gemini"])
+@pytest.mark.parametrize("face", ["anthropic", "gemini", "responses"])
 def test_a_face_that_defers_its_conversion_is_bounded_alike(face):
-    """The Messages and Gemini faces convert to the canonical body only when
-    something reads it; the bound read off their native body (references,
-    output asked, candidates) equals the one read off the converted body,
-    and is made without converting."""
+    """The Messages, Gemini and Responses faces convert to the canonical
+    body only when something reads it; the bound read off their native body
+    (references, output asked, candidates) equals the one read off the
+    converted body, and is made without converting."""
     from relay.faces import anthropic as aface
     from relay.faces import gemini as gface
-    if face == "anthropic":
+    from relay.faces import responses as rface
+    if face == "responses":
+        doc = {"model": "unknown-x", "max_output_tokens": 700, "tools": [
+            {"type": "function", "name": "f", "parameters": {"type": "object"}}],
+            "input": [{"role": "user", "content": [
+                {"type": "input_image", "image_url": "https://x.test/a.png"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+                {"type": "input_text", "text": "what"}]}]}
+        call = rface.parse_create("r", json.dumps(doc).encode())
+    elif face == "anthropic":
         doc = {"model": "unknown-x", "max_tokens": 700, "tools": [
             {"name": "f", "input_schema": {"type": "object"}}],
             "messages": [{"role": "user", "content": [
@@ -266,7 +277,7 @@ def test_a_face_that_defers_its_conversion_is_bounded_alike(face):
     native = (bounds.prompt_bound(call, ch), bounds.output_bound(call, ch, 4096),
               bounds.worst_case(call, ch, Price("m", "", input_price=Decimal(1),
                                                 output_price=Decimal(2)), Decimal(1), False, 4096))
-    assert "body" not in call.__dict__  # nothing converted
+    assert "body" not in call.__dict__ and "bridge" not in call.extra  # nothing converted
     assert native[0] == len(call.raw) + bounds.REFERENCE_TOKENS + bounds.TOOLS_TOKENS
     assert native[1] == 700 * (3 if face == "gemini" else 1)
     canonical = Call("r", "chat", "openai", "unknown-x", call.body, raw=call.raw)
@@ -298,3 +309,30 @@ def test_a_conversation_held_upstream_counts_in_the_bound(setup, admin, fakes):
     assert r.status_code == 403 and "could cost up to 6" in r.json()["error"]["message"]
     follow.pop("previous_response_id")
     assert requests.post(url, headers=h, timeout=30, json=follow).status_code == 200
+
+
+_PARTS = st.sampled_from([
+    {"type": "input_text", "text": "t"},
+    {"type": "input_image", "image_url": "https://x.test/a.png"},
+    {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+    {"type": "input_image", "file_id": "file-1"},
+    {"type": "input_image", "image_url": ""},
+    {"type": "input_file", "file_id": "file-2"},
+    {"type": "input_file", "file_url": "https://x.test/a.pdf"},
+    {"type": "input_file", "file_data": "data:application/pdf;base64,AAAA", "filename": "a.pdf"},
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["user", "developer", "system"]),
+                          st.lists(_PARTS, max_size=4)), max_size=4))
+def test_responses_references_read_off_the_items_are_the_bridges(items):
+    """What the Responses face counts off the items is what the bridge's
+    chat messages and its problems (a file by id) counted."""
+    from relay.convert import responses as rconv
+    from relay.faces import responses as rface
+    doc = {"model": "m", "input": [{"role": r, "content": parts} for r, parts in items]}
+    bridge = rconv.request_to_chat(doc)
+    was = bounds.references(bridge.body["messages"]) + sum(
+        "file_id" in p for p in bridge.problems)
+    assert rface.references(doc["input"]) == was
