@@ -14,6 +14,8 @@ relay/stored_responses.py: "response" and "upstream_response_id".
 """
 from __future__ import annotations
 
+import functools
+
 from relay.serving import sse
 from relay.money import tokenizer
 from relay.adaptors.base import Call, Chunk
@@ -74,20 +76,22 @@ def continue_from(call: Call, history: list) -> None:
         call.extra["compaction"] = True
     call.extra.pop("bridge", None)
     call.__dict__.pop("body", None)
-    call.canonical = lambda native: _bridge(call, native, history)
+    # Bound to the call's extra, not to the call: no cycle keeps a Call
+    # (and its parsed body) alive until the collector comes round.
+    call.canonical = functools.partial(_bridge, call.extra, call.endpoint, history)
     call.extra["references"] = references(history) + references(conv.items_of(call.native_body))
     call.extra["output_asked"] = call.native_body.get("max_output_tokens")
 
 
-def _bridge(call: Call, native: dict, history: list) -> dict:
+def _bridge(extra: dict, endpoint: str, history: list, native: dict) -> dict:
     bridge = converted(conv.request_to_chat, native, history)
-    if call.endpoint == "responses_compact" or call.extra.get("compaction"):
+    if endpoint == "responses_compact" or extra.get("compaction"):
         bridge.body["messages"].append({"role": "user", "content": COMPACT_PROMPT})
-    if call.extra.get("compaction"):
+    if extra.get("compaction"):
         for key in ("tools", "tool_choice", "parallel_tool_calls"):
             bridge.body.pop(key, None)
         bridge.problems = [p for p in bridge.problems if not p.startswith(TOOL_PROBLEMS)]
-    call.extra["bridge"] = bridge
+    extra["bridge"] = bridge
     # Files and images by id or URL that the bridge could not carry still
     # reach a Responses upstream: counted in "references" above.
     return bridge.body

@@ -336,3 +336,30 @@ def test_responses_references_read_off_the_items_are_the_bridges(items):
     was = bounds.references(bridge.body["messages"]) + sum(
         "file_id" in p for p in bridge.problems)
     assert rface.references(doc["input"]) == was
+
+
+@pytest.mark.parametrize("face", ["anthropic", "gemini", "responses"])
+@pytest.mark.parametrize("read_body", [False, True])
+def test_a_deferring_faces_call_is_freed_by_its_last_reference(face, read_body):
+    """No cycle through the deferred conversion keeps a Call, and the agent
+    body it holds parsed, alive until the cyclic collector runs."""
+    import gc
+    import weakref
+    from relay.faces import anthropic as aface
+    from relay.faces import gemini as gface
+    from relay.faces import responses as rface
+    raw = {"anthropic": b'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}',
+           "gemini": b'{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}',
+           "responses": b'{"model":"m","input":"hi"}'}[face]
+    gc.disable()
+    try:
+        call = (aface.parse_messages("r", raw) if face == "anthropic"
+                else gface.parse("r", raw, "m", "generateContent", False) if face == "gemini"
+                else rface.parse_create("r", raw))
+        if read_body:
+            assert call.body["messages"]
+        ref = weakref.ref(call)
+        del call
+        assert ref() is None
+    finally:
+        gc.enable()
