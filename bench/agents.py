@@ -94,8 +94,9 @@ DIRECT = {"claude": ("anthropic", "claude-sonnet-4-5"), "codex": ("openai", "gpt
 def passes(name: str) -> str | None:
     """The upstream type of a route whose body passes through (the channel
     speaks the client's format), or None for a converted route."""
-    kind, ctype = next((r[1], r[2]) for r in ROUTES if r[0] == name)
-    return ctype if DIRECT[kind][0] == ctype else None
+    kind, ctype, options = next((r[1], r[2], r[4]) for r in ROUTES if r[0] == name)
+    bridged = kind == "codex" and options.get("wire_api") == "chat"
+    return ctype if DIRECT[kind][0] == ctype and not bridged else None
 
 
 # Phases of a relayed call, by the innermost frame of a sample that falls in
