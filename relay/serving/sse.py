@@ -145,6 +145,17 @@ def parse_block(raw: bytes) -> Event | None:
     and nowhere else: models write U+2028 and U+0085 raw inside JSON
     strings, where str.splitlines() ended the line and cut the data.
     Read as bytes, and each value decoded once."""
+    if b"\r" not in raw:
+        # The frames upstreams write, `event: <name>\ndata: <json>\n\n` and
+        # `data: <json>\n\n`, read without the loop below.
+        end = raw.find(b"\n")
+        if raw.startswith(b"data: ") and end == len(raw) - 2 and raw[-1] == 10:
+            return Event(raw[6:end].decode("utf-8", "replace"))
+        if raw.startswith(b"event: ") and raw.startswith(b"data: ", end + 1):
+            last = raw.find(b"\n", end + 1)
+            if last == len(raw) - 2 and raw[-1] == 10:
+                return Event(raw[end + 7:last].decode("utf-8", "replace"),
+                             raw[7:end].decode("utf-8", "replace"))
     data, event, ident = [], b"", b""
     for line in (raw.split(b"\n") if b"\r" not in raw else _EOL.split(raw)):
         if not line or line[0] == 58:  # a blank line, or a comment (":")

@@ -5,6 +5,7 @@ remaining buffer for every separator, as the splitter did before it learnt
 to scan each byte once)."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -160,3 +161,37 @@ def test_a_delta_holding_a_line_separator_is_read_whole():
     (_, ev), = RawEvents().feed(raw)
     assert ev.event == "content_block_delta"
     assert sse.Event.json(ev)["delta"]["text"] == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(blocks, st.lists(st.booleans(), max_size=12))
+def test_one_event_a_chunk_as_upstreams_flush_them(parts, split):
+    """An upstream flushes one event at a time, so most chunks are one
+    whole event (read without the splitter): fed so, some of them cut in
+    two, the events and their fields are the reference's."""
+    data = _stream(parts)
+    want, rest = reference(data)
+    raw = RawEvents()
+    got = []
+    for i, event in enumerate(want):
+        if i < len(split) and split[i] and len(event) > 1:
+            got += raw.feed(event[:1])
+            event = event[1:]
+        got += raw.feed(event)
+    got += raw.feed(rest)
+    assert [b for b, _ in got] == want
+    assert [ev for _, ev in got] == [spec_block(b) for b in want]
+
+
+@pytest.mark.parametrize("chunk", [
+    b"data: a\r\rdata: b\r\n\r\n", b"data: a\n\ndata: b\r\n\r\n", b"data: a\r\n\r\ndata: b\r\n\r\n",
+    b"data: a\n\ndata: b\n\n", b"event: x\ndata: a\n\n\n\n", b"\r\n\r\n", b"\n\n", b"\r\r",
+    b"data: a\r\n\r\n\r\n\r\n", b"data: a\r\n\n\r\n\r\n"])
+def test_a_chunk_of_more_than_one_event_is_split_as_the_reference(chunk):
+    """Only a chunk whose one separator is its end is taken whole."""
+    raw = RawEvents()
+    raw.feed(b"data: before\n\n")  # nothing held, as after any whole event
+    got = raw.feed(chunk)
+    want, rest = reference(chunk)
+    assert [b for b, _ in got] == want and not rest
+    assert [ev for _, ev in got] == [spec_block(b) for b in want]
