@@ -185,15 +185,6 @@ def sse_payload(raw: bytes) -> bytes:
     return b"\n".join(out)
 
 
-def _one_event(data: bytes) -> bool:
-    """Whether a chunk is exactly one whole event: its one separator (LF LF,
-    or CR LF CR LF for Gemini) is its end."""
-    if b"\r" not in data:
-        return len(data) >= 2 and data.find(b"\n\n") == len(data) - 2
-    return (len(data) >= 4 and data.find(b"\r\n\r\n") == len(data) - 4
-            and b"\n\n" not in data and b"\r\r" not in data)
-
-
 class RawEvents:
     """Splits a byte stream into server-sent events like sse.SSEParser, but
     keeps each event's exact bytes, so that a pass-through stream reaches
@@ -206,7 +197,7 @@ class RawEvents:
         """Complete events so far as (exact bytes, parsed event); comment-only
         blocks (keepalives) come back with their bytes and event None."""
         sp = self._split
-        if sp.pos == len(sp.buf) and _one_event(data):
+        if sp.pos == len(sp.buf) and sse.one_event(data):
             # Nothing held and the chunk is one whole event, as an upstream
             # flushes them one at a time: its bytes are the event's.
             return [(data, sse.parse_block(data))]

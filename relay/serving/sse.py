@@ -97,6 +97,15 @@ class Splitter:
         return out
 
 
+def one_event(data: bytes) -> bool:
+    """Whether a chunk is exactly one whole event: its one separator (LF LF,
+    or CR LF CR LF for Gemini) is its end."""
+    if b"\r" not in data:
+        return len(data) >= 2 and data.find(b"\n\n") == len(data) - 2
+    return (len(data) >= 4 and data.find(b"\r\n\r\n") == len(data) - 4
+            and b"\n\n" not in data and b"\r\r" not in data)
+
+
 def _moved(n: int, pos: int) -> int:
     """A separator's remembered place once the buffer's first `pos` bytes
     are dropped."""
@@ -117,13 +126,21 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> Iterator[Event]:
         sp = self._split
+        if sp.pos == len(sp.buf) and one_event(chunk):
+            # Nothing held and the chunk is one whole event, as an upstream
+            # flushes them one at a time: read without the splitter.
+            ev = parse_block(chunk)
+            if ev is not None:
+                yield ev
+            return
         sp.feed(chunk)
         while True:
             start = sp.pos
             got = sp.take()
             if got is None:
                 return
-            ev = parse_block(bytes(memoryview(sp.buf)[start:start + got[0]]))
+            # With its blank line, as parse_block reads the usual frames fastest.
+            ev = parse_block(bytes(memoryview(sp.buf)[start:start + got[1]]))
             if ev is not None:
                 yield ev
 

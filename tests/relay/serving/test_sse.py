@@ -171,16 +171,19 @@ def test_one_event_a_chunk_as_upstreams_flush_them(parts, split):
     two, the events and their fields are the reference's."""
     data = _stream(parts)
     want, rest = reference(data)
-    raw = RawEvents()
-    got = []
+    raw, parser = RawEvents(), sse.SSEParser()
+    got, parsed = [], []
     for i, event in enumerate(want):
-        if i < len(split) and split[i] and len(event) > 1:
-            got += raw.feed(event[:1])
-            event = event[1:]
-        got += raw.feed(event)
+        pieces = [event[:1], event[1:]] if i < len(split) and split[i] and len(event) > 1 \
+            else [event]
+        for piece in pieces:
+            got += raw.feed(piece)
+            parsed += parser.feed(piece)
     got += raw.feed(rest)
+    parsed += parser.feed(rest)
     assert [b for b, _ in got] == want
     assert [ev for _, ev in got] == [spec_block(b) for b in want]
+    assert parsed == [ev for ev in (spec_block(b) for b in want) if ev is not None]
 
 
 @pytest.mark.parametrize("chunk", [
