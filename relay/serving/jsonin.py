@@ -120,20 +120,22 @@ def _deepest_written() -> int:
     behave so, and _fast walks the containers instead."""
     if orjson is None:
         return 0
-    def nested(n):
-        doc = 0
-        for _ in range(n):
-            doc = [doc]
-        return doc
     try:
-        orjson.dumps(nested(254))
+        orjson.dumps(_nested(0, 254))
     except TypeError:
         return 0
     try:
-        orjson.dumps(nested(255))
+        orjson.dumps(_nested(0, 255))
     except TypeError:
         return 254
     return 0
+
+
+def _nested(doc, lists: int):
+    """doc as the innermost of that many lists."""
+    for _ in range(lists):
+        doc = [doc]
+    return doc
 
 
 _DEEPEST_WRITTEN = _deepest_written()
@@ -177,11 +179,8 @@ def _encoded_within(doc, max_depth: int) -> bytes | None:
     wrap = _DEEPEST_WRITTEN - max_depth
     if wrap <= 0:
         return None
-    wrapped = doc
-    for _ in range(wrap):
-        wrapped = [wrapped]
     try:
-        out = orjson.dumps(wrapped, option=orjson.OPT_STRICT_INTEGER)
+        out = orjson.dumps(_nested(doc, wrap), option=orjson.OPT_STRICT_INTEGER)
     except TypeError:
         return None
     return out[wrap:len(out) - wrap]
