@@ -197,9 +197,7 @@ class RawEvents:
         """Complete events so far as (exact bytes, parsed event); comment-only
         blocks (keepalives) come back with their bytes and event None."""
         sp = self._split
-        if sp.pos == len(sp.buf) and sse.one_event(data):
-            # Nothing held and the chunk is one whole event, as an upstream
-            # flushes them one at a time: its bytes are the event's.
+        if sp.whole(data):  # its bytes are the event's
             return [(data, sse.parse_block(data))]
         sp.feed(data)
         out = []

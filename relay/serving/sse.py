@@ -90,6 +90,12 @@ class Splitter:
         self.pos = best + size
         return best - pos, best + size - pos
 
+    def whole(self, chunk: bytes) -> bool:
+        """Whether `chunk` can be taken as one event without the buffer:
+        nothing is held, and its one separator is its end (an upstream
+        flushes events one at a time, so most chunks are such)."""
+        return self.pos == len(self.buf) and _one_event(chunk)
+
     def rest(self) -> bytes:
         out = bytes(memoryview(self.buf)[self.pos:])
         self.buf, self.pos, self._next = bytearray(), 0, [-1] * len(self.SEPARATORS)
@@ -97,7 +103,7 @@ class Splitter:
         return out
 
 
-def one_event(data: bytes) -> bool:
+def _one_event(data: bytes) -> bool:
     """Whether a chunk is exactly one whole event: its one separator (LF LF,
     or CR LF CR LF for Gemini) is its end."""
     if b"\r" not in data:
@@ -126,9 +132,7 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> Iterator[Event]:
         sp = self._split
-        if sp.pos == len(sp.buf) and one_event(chunk):
-            # Nothing held and the chunk is one whole event, as an upstream
-            # flushes them one at a time: read without the splitter.
+        if sp.whole(chunk):
             ev = parse_block(chunk)
             if ev is not None:
                 yield ev
@@ -162,7 +166,8 @@ def parse_block(raw: bytes) -> Event | None:
     and nowhere else: models write U+2028 and U+0085 raw inside JSON
     strings, where str.splitlines() ended the line and cut the data.
     Read as bytes, and each value decoded once."""
-    if b"\r" not in raw:
+    cr = b"\r" in raw
+    if not cr:
         # The frames upstreams write, `event: <name>\ndata: <json>\n\n` and
         # `data: <json>\n\n`, read without the loop below.
         end = raw.find(b"\n")
@@ -174,7 +179,7 @@ def parse_block(raw: bytes) -> Event | None:
                 return Event(raw[end + 7:last].decode("utf-8", "replace"),
                              raw[7:end].decode("utf-8", "replace"))
     data, event, ident = [], b"", b""
-    for line in (raw.split(b"\n") if b"\r" not in raw else _EOL.split(raw)):
+    for line in (_EOL.split(raw) if cr else raw.split(b"\n")):
         if not line or line[0] == 58:  # a blank line, or a comment (":")
             continue
         name, _, value = line.partition(b":")
