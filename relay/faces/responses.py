@@ -52,7 +52,7 @@ def parse_create(request_id: str, raw: bytes, headers=None, compact: bool = Fals
     call = Call(request_id=request_id, endpoint="responses_compact" if compact else "responses",
                 face=FACE, model=model, body=None, raw=sent,
                 native_body=doc,
-                stream=bool(doc.get("stream")) and not compact, canonical=_no_body)
+                stream=bool(doc.get("stream")) and not compact)
     call.extra["response_id"] = new_id("resp_")
     call.extra["client_headers"] = {h: headers[h] for h in FORWARD_HEADERS
                                     if headers is not None and headers.get(h)}
@@ -95,10 +95,6 @@ def _bridge(extra: dict, endpoint: str, history: list, native: dict) -> dict:
     # Files and images by id or URL that the bridge could not carry still
     # reach a Responses upstream: counted in "references" above.
     return bridge.body
-
-
-def _no_body(native: dict) -> dict:
-    raise AssertionError("continue_from sets the bridge before anything reads call.body")
 
 
 def bridge_of(call: Call):
