@@ -248,7 +248,7 @@ def main() -> int:
                          write(work, f"relay-{i}", with_model(kind, body_of[kind], public)),
                          urls[dtype], path_for(kind, dmodel, args.stream),
                          write(work, f"direct-{i}", with_model(kind, body_of[kind], dmodel))))
-            if ctype == dtype and args.bare and dtype not in bare:
+            if args.bare and passes(name) and dtype not in bare:
                 bare[dtype] = procs.start_bare_proxy(work, urls[dtype], uvloop=True)
                 children.append(bare[dtype][0])
         for _, _, url, key in relays:
