@@ -87,11 +87,37 @@ def parse_args(arguments: Any) -> Any:
         return arguments
     if not arguments:
         return {}
+    if not isinstance(arguments, (str, bytes, bytearray)):
+        return {"_raw": str(arguments)}
     try:
-        value = json.loads(arguments)
-    except (TypeError, ValueError):
+        if isinstance(arguments, str) and not _may_be_json(arguments):
+            # a tool's output is mostly text (code, logs): json would fail,
+            # after building an error to say where
+            raise ValueError
+        value = jsonin.loads_answer(arguments)
+    except ValueError:
         return {"_raw": str(arguments)}
     return value if isinstance(value, dict) else {"value": value}
+
+
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_BY_FIRST = {"{": "}", "[": "]", '"': '"'}
+
+
+def _may_be_json(text: str) -> bool:
+    """False for a text the json module surely refuses: one that cannot be
+    a JSON value by its ends (NaN and Infinity count as json reads them).
+    str.strip() takes more than JSON's whitespace, but a value wrapped in
+    any other space is one json refuses too."""
+    s = text.strip()
+    if len(s) < 2:
+        return s.isdigit()
+    end = _BY_FIRST.get(s[0])
+    if end is not None:
+        return s[-1] == end
+    if s[0] in "-0123456789":
+        return s == "-Infinity" or _NUMBER.fullmatch(s) is not None
+    return s in ("true", "false", "null", "NaN", "Infinity")
 
 
 # The canonical (OpenAI chat) reasoning efforts.  Vendors' own scales map
