@@ -13,7 +13,7 @@ from typing import Any
 from relay.convert.common import dumps, new_id, parse_args, split_data_url, text_of
 from relay.convert.gemini_config import (effort_from_thinking, schema_from_openai,  # noqa: F401
                                          schema_to_openai, thinking_config,
-                                         uses_thought_signatures)
+                                         tool_schema, uses_thought_signatures)
 from relay.convert.gemini_usage import (grounding_calls, usage_from, usage_meta,  # noqa: F401
                                         usage_to_openai)
 from relay.errors import bad_request
@@ -150,7 +150,8 @@ def request_to_openai(doc: dict, model: str) -> dict:
         body["tools"] = [{"type": "function", "function": {
             "name": d.get("name", ""), "description": d.get("description", ""),
             "parameters": d.get("parametersJsonSchema")
-            or schema_to_openai(d.get("parameters") or {"type": "OBJECT", "properties": {}})}}
+            or tool_schema(schema_to_openai,
+                           d.get("parameters") or {"type": "OBJECT", "properties": {}})}}
             for d in decls]
         fcc = (doc.get("toolConfig") or {}).get("functionCallingConfig") or {}
         mode = fcc.get("mode")
@@ -262,8 +263,8 @@ def request_from_openai(body: dict, model: str = "") -> dict:
         out["tools"] = [{"functionDeclarations": [{
             "name": t["function"].get("name", ""),
             "description": t["function"].get("description", ""),
-            "parameters": schema_from_openai(t["function"].get("parameters")
-                                             or {"type": "object", "properties": {}})}
+            "parameters": tool_schema(schema_from_openai, t["function"].get("parameters")
+                                      or {"type": "object", "properties": {}})}
             for t in tools]}]
         tc = body.get("tool_choice")
         if tc == "required":

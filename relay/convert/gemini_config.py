@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from cachetools import LRUCache
+
 from relay.convert.common import canonical_effort, effort_from_budget
+from relay.serving import jsonin
 
 # Clients that ask for `enum-encoding=int` (the legacy library) also send
 # enums as numbers: Schema.Type here.
@@ -70,6 +73,27 @@ def schema_from_openai(s: Any) -> Any:
         else:
             out[k] = v
     return out
+
+
+# An agent sends the same tools on every call (Claude Code 18, each schema
+# a few KB): their converted form is kept by their JSON text, which costs
+# a tenth of converting them again.  Bounded by the bytes of the texts
+# kept; a schema past _CACHED_BELOW is converted each time.
+_CACHED_BELOW = 16 * 1024
+_converted: LRUCache = LRUCache(maxsize=1 << 20, getsizeof=lambda kept: kept[0])
+
+
+def tool_schema(convert, schema: Any) -> Any:
+    """convert(schema) (schema_from_openai or schema_to_openai) for a tool's
+    parameters.  What it returns may be shared by other calls: the request
+    holding it is only encoded, never changed."""
+    text = jsonin.dumps(schema, held=False)
+    if len(text) >= _CACHED_BELOW:
+        return convert(schema)
+    kept = _converted.get((convert, text))
+    if kept is None:  # (the text's size, for the bound; the converted schema)
+        kept = _converted[convert, memoryview(text).tobytes()] = len(text), convert(schema)
+    return kept[1]
 
 
 # ---- thinking ----------------------------------------------------------------

@@ -233,3 +233,34 @@ def test_int_enums_from_the_legacy_library():
     assert b["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {
         "n": {"type": "integer"}, "xs": {"type": "array", "items": {"type": "string"}}}}
     assert b["tool_choice"] == "none"
+
+
+def test_tool_parameters_kept_by_their_text_and_bounded():
+    from relay.convert import gemini_config
+    gemini_config._converted.clear()
+    schema = {"type": "object", "$schema": "x", "properties": {
+        "path": {"type": ["string", "null"], "description": "where"}}, "required": ["path"]}
+    first = gc.tool_schema(gc.schema_from_openai, schema)
+    assert first == gc.schema_from_openai(schema)
+    # the next call's schema is another object with the same text: the same answer
+    assert gc.tool_schema(gc.schema_from_openai, json.loads(json.dumps(schema))) is first
+    # another text, another answer (key order is part of the text, and of the answer)
+    reordered = {"required": ["path"], **schema}
+    assert list(gc.tool_schema(gc.schema_from_openai, reordered)) == ["required", "type", "properties"]
+    assert gc.tool_schema(gc.schema_from_openai, {**schema, "required": []}) is not first
+    # a schema past the bound is converted each time, and not kept
+    big = {"type": "object", "description": "d" * gemini_config._CACHED_BELOW}
+    assert gc.tool_schema(gc.schema_from_openai, big) == gc.schema_from_openai(big)
+    assert gc.tool_schema(gc.schema_from_openai, big) is not gc.tool_schema(gc.schema_from_openai, big)
+    # what orjson will not write (an int past 64 bits) is kept by json's text
+    huge = {"type": "integer", "maximum": 2 ** 70}
+    assert gc.tool_schema(gc.schema_from_openai, huge) == {"type": "INTEGER", "maximum": 2 ** 70}
+    # the texts kept never pass the cache's size in bytes
+    for n in range(3000):
+        gc.tool_schema(gc.schema_from_openai, {"type": "object", "description": f"{n:04d}" + "x" * 1000})
+    assert gemini_config._converted.currsize <= gemini_config._converted.maxsize
+    assert len(gemini_config._converted) < 3000
+    # each way keeps its own answers
+    back = {"type": "OBJECT", "properties": {"a": {"type": "STRING"}}}
+    assert gc.tool_schema(gc.schema_to_openai, back) == gc.schema_to_openai(back)
+    assert gc.tool_schema(gc.schema_from_openai, back) == gc.schema_from_openai(back)
