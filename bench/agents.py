@@ -19,6 +19,8 @@ agents stream:
   gemini -> gemini           :streamGenerateContent on a Gemini channel
   gemini -> openai chat      :streamGenerateContent converted to chat
   chat 100 B                 bench/run.py's small chat, for scale
+  messages 200 B -> anthropic  Claude Code's route with a one-line body: the
+                             agent route's cost less this is its body's
 
 and beside each the same body sent straight to the fake of its own format
 (direct), interleaved, --rounds times.  The fakes are the test suite's
@@ -84,9 +86,11 @@ ROUTES = [
     ("gemini -> gemini", "gemini", "gemini", "gemini-2.5-pro", {}),
     ("gemini -> openai chat", "gemini", "openai", "gpt-5", {"wire_api": "chat"}),
     ("chat 100 B", "small", "openai", "gpt-5", {}),
+    ("messages 200 B -> anthropic", "claude small", "anthropic", "claude-sonnet-4-5", {}),
 ]
 # The client body's own format: where it goes when sent direct.
 DIRECT = {"claude": ("anthropic", "claude-sonnet-4-5"), "codex": ("openai", "gpt-5"),
+          "claude small": ("anthropic", "claude-sonnet-4-5"),
           "gemini": ("gemini", "gemini-2.5-pro"), "small": ("openai", "gpt-5")}
 
 
@@ -151,11 +155,15 @@ def bodies(stream: bool) -> dict:
     for kind in ("claude", "codex"):
         out[kind]["stream"] = stream
     out["small"] = json.loads(STREAM_BODY if stream else BODY)
+    # Claude Code's own route with a one-line body: what of the agent
+    # route's cost is the body's, and what the route's
+    out["claude small"] = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": stream,
+                           "messages": [{"role": "user", "content": "Say hello."}]}
     return out
 
 
 def path_for(kind: str, model: str, stream: bool) -> str:
-    if kind == "claude":
+    if kind.startswith("claude"):
         return "/v1/messages"
     if kind == "codex":
         return "/v1/responses"
@@ -170,7 +178,7 @@ def with_model(kind: str, body: dict, model: str) -> dict:
 
 def headers_for(kind: str, key: str) -> dict:
     """Each client's own headers (the Bearer key goes too; the relay reads either)."""
-    if kind == "claude":
+    if kind.startswith("claude"):
         return {"anthropic-version": "2023-06-01", "x-api-key": key}
     return {"x-goog-api-key": key} if kind == "gemini" else {}
 
