@@ -305,3 +305,40 @@ def test_parse_passing_sends_what_was_read(raw):
     assert json.loads(sent) == doc
     if raw.count(b'"model"') == 2:
         assert sent != raw  # the key given twice is sent once, as read
+
+
+def test_the_lists_a_document_is_nested_in_are_never_shared_by_two_threads():
+    """The lists _encoded_within nests a document in are kept for the next
+    call; threads (bodies parsed off the loop) each encode their own
+    document, never another's, and a failed encoding leaves no document
+    behind in them."""
+    import threading
+    docs = [{"n": i, "pad": "x" * (5000 + i)} for i in range(8)]
+    wrong = []
+
+    def encode(doc):
+        for _ in range(3000):
+            out = jsonin._encoded_within(doc, jsonin.MAX_DEPTH)
+            if out != orjson.dumps(doc):
+                wrong.append(doc["n"])
+                return
+
+    import sys
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two lines
+    try:
+        threads = [threading.Thread(target=encode, args=(d,)) for d in docs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
+    assert jsonin._encoded_within({"big": 2 ** 64}, jsonin.MAX_DEPTH) is None
+    for outer, inner in jsonin._WRAPS:
+        assert inner == [None]
+    # one level past MAX_DEPTH still fails, with the lists reused
+    assert jsonin._encoded_within(jsonin._nested(0, jsonin.MAX_DEPTH + 1), jsonin.MAX_DEPTH) is None
+    assert jsonin._encoded_within(jsonin._nested(0, jsonin.MAX_DEPTH), jsonin.MAX_DEPTH) \
+        == orjson.dumps(jsonin._nested(0, jsonin.MAX_DEPTH))
