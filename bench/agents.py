@@ -21,6 +21,9 @@ agents stream:
   chat 100 B                 bench/run.py's small chat, for scale
   messages 200 B -> anthropic  Claude Code's route with a one-line body: the
                              agent route's cost less this is its body's
+  messages 100 KB text -> anthropic  the same with one 100 KB string: of
+                             the body's cost, what its bytes cost apart
+                             from the document parsed out of them
 
 and beside each the same body sent straight to the fake of its own format
 (direct), interleaved, --rounds times.  The fakes are the test suite's
@@ -87,10 +90,12 @@ ROUTES = [
     ("gemini -> openai chat", "gemini", "openai", "gpt-5", {"wire_api": "chat"}),
     ("chat 100 B", "small", "openai", "gpt-5", {}),
     ("messages 200 B -> anthropic", "claude small", "anthropic", "claude-sonnet-4-5", {}),
+    ("messages 100 KB text -> anthropic", "claude text", "anthropic", "claude-sonnet-4-5", {}),
 ]
 # The client body's own format: where it goes when sent direct.
 DIRECT = {"claude": ("anthropic", "claude-sonnet-4-5"), "codex": ("openai", "gpt-5"),
           "claude small": ("anthropic", "claude-sonnet-4-5"),
+          "claude text": ("anthropic", "claude-sonnet-4-5"),
           "gemini": ("gemini", "gemini-2.5-pro"), "small": ("openai", "gpt-5")}
 
 
@@ -159,6 +164,10 @@ def bodies(stream: bool) -> dict:
     # route's cost is the body's, and what the route's
     out["claude small"] = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": stream,
                            "messages": [{"role": "user", "content": "Say hello."}]}
+    # and with as many bytes as the agent's body in one string: the bytes'
+    # cost apart from the parsed document's
+    out["claude text"] = dict(out["claude small"],
+                              messages=[{"role": "user", "content": "hello world " * 8500}])
     return out
 
 
@@ -299,7 +308,7 @@ def main() -> int:
                                                f"{b['socket_errors']}")
                         for t in trees:
                             seen[t][name]["bare"].append(b)
-                    print(f"  round {n + 1} {name:26s} {tree[-24:]:>24s} relay "
+                    print(f"  round {n + 1} {name:33s} {tree[-24:]:>24s} relay "
                           f"{r['cpu_us_per_request']['relay']:7.0f} us  direct "
                           f"{d['cpu_us_per_request']['upstream']:7.0f} us", flush=True)
         table = {"trees": {tree: summarise(seen[tree], body_of, plan) for tree in trees}}
@@ -322,7 +331,7 @@ def main() -> int:
             for tree in trees[1:]:
                 print(f"\nrelay CPU per call, {tree} against {trees[0]}:")
                 for name, r in table["trees"][tree]["routes"].items():
-                    print(f"  {name:26s} {100 * (r['relay_us'] / base[name]['relay_us'] - 1):+6.1f}%"
+                    print(f"  {name:33s} {100 * (r['relay_us'] / base[name]['relay_us'] - 1):+6.1f}%"
                           f"   ratio {base[name]['ratio']:.2f} -> {r['ratio']:.2f}")
         os.makedirs(RESULTS, exist_ok=True)
         with open(os.path.join(RESULTS, "agents.json"), "w") as f:
@@ -374,14 +383,14 @@ def summarise(seen: dict, body_of: dict, plan: list) -> dict:
 
 
 def render(table: dict) -> None:
-    print(f"\n{'route':26s} {'body':>8s} {'relay us':>9s} {'direct us':>9s} {'ratio':>6s} "
+    print(f"\n{'route':33s} {'body':>8s} {'relay us':>9s} {'direct us':>9s} {'ratio':>6s} "
           f"{'x small':>7s} {'bare us':>8s} {'goal us':>8s} {'relay/s':>8s}"
           "   (CPU per call, medians)")
     for name, r in table["routes"].items():
         xs = "" if r["x_small"] is None else f"{r['x_small']:.2f}"
         bare = f"{r['bare_us']:.0f}" if "bare_us" in r else ""
         goal = f"{r['goal_us']:.0f}" if "goal_us" in r else ""
-        print(f"{name:26s} {r['body_bytes']:8,d} {r['relay_us']:9.0f} {r['direct_us']:9.0f} "
+        print(f"{name:33s} {r['body_bytes']:8,d} {r['relay_us']:9.0f} {r['direct_us']:9.0f} "
               f"{r['ratio']:6.2f} {xs:>7s} {bare:>8s} {goal:>8s} {r['relay_rps']:8.0f}")
     for name, rows in (table.get("phases") or {}).items():
         if not rows:
