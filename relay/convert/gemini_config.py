@@ -76,9 +76,10 @@ def schema_from_openai(s: Any) -> Any:
 
 
 # An agent sends the same tools on every call (Claude Code 18, each schema
-# a few KB): their converted form is kept by their JSON text, which costs
-# a tenth of converting them again.  Bounded by the bytes of the texts
-# kept; a schema past _CACHED_BELOW is converted each time.
+# a few KB): their converted form is kept by their JSON text, whose
+# encoding and lookup cost a third of converting them again.  Bounded by
+# the bytes of the texts kept; a schema past _CACHED_BELOW is converted
+# each time.
 _CACHED_BELOW = 16 * 1024
 _converted: LRUCache = LRUCache(maxsize=1 << 20, getsizeof=lambda kept: kept[0])
 
