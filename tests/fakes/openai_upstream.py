@@ -149,7 +149,7 @@ class ChatHandler(_Base):
         if refused:
             return _err(self, 400, *refused)
         last = msgs[-1] if msgs and isinstance(msgs[-1], dict) else {}
-        turn = next_turn(self.fake, b.get("fake_text", DEFAULT_TEXT),
+        turn = next_turn(self.fake, b.get("fake_text", self.fake.text or DEFAULT_TEXT),
                          [(t.get("function") or {}).get("name", "f") for t in b.get("tools") or ()],
                          last.get("content"), last.get("role") == "tool",
                          b.get("tool_choice") != "none")
@@ -216,7 +216,8 @@ class ChatHandler(_Base):
             if self.mode == "reset" and i == 3:
                 reset_connection(self)
                 return
-            self.write(f"data: {json.dumps(ev)}\n\n")
+            raw = b.get("fake_raw_utf8") or self.fake.raw_utf8
+            self.write(f"data: {json.dumps(ev, ensure_ascii=not raw)}\n\n")
             try:
                 await self.flush()
             except StreamClosedError:  # the relay cancelled us
@@ -340,6 +341,12 @@ class FakeOpenAI(ThreadedServer):
         # Automatic prompt caching accounted per upstream key (tests/fakes/prompt_cache.py).
         self.caching = False
         self.prompt_cache = PromptCache()
+        # Streams' JSON with characters past ASCII as they are (as serde_json,
+        # Go and orjson write them), not \u escapes; and the plain answer's
+        # text, for calls converted from another format (which cannot carry
+        # fake_raw_utf8 and fake_text in their body).
+        self.raw_utf8 = False
+        self.text = None
         # api key -> {"fields": [...]}: top-level fields the upstream behind that key refuses.
         self.refuses: dict[str, dict] = {}
 
