@@ -84,6 +84,8 @@ _MASKS = {pycurl.POLL_NONE: 0, pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: 
 # Reported whatever was asked: they mean "act now" for whatever libcurl wants.
 _TROUBLE = (select.EPOLLERR | select.EPOLLHUP) if _EPOLL else 0
 _BATCH = 256
+# libcurl's upload buffer: the least it allows, and its own default (see start()).
+_UPLOAD_BUFFER, _UPLOAD_BUFFER_BIG = 16 * 1024, 64 * 1024
 
 
 class CurlClient(CurlAsyncHTTPClient):
@@ -287,10 +289,16 @@ class CurlClient(CurlAsyncHTTPClient):
         # No LOW_SPEED_*: relay/upstream/client.py watches for silence itself.
         method = t.method
         if t.producer is None:
-            # libcurl keeps an upload buffer per transfer, 64 KB by default,
-            # though a body we hand over whole never passes through it: the
-            # smallest it allows halves what an open stream costs us.
-            setopt(pycurl.UPLOAD_BUFFERSIZE, 16384)
+            # libcurl keeps an upload buffer per transfer (64 KB by default)
+            # for as long as the transfer lasts, and sends even a body handed
+            # over whole through it, one buffer-full per turn of the loop.
+            # A body that fits in the smallest it allows gets that: it halves
+            # what an open stream costs us.  A bigger one (a coding agent's,
+            # 100 KB) gets the default, or it takes a turn per 16 KB: seven
+            # for Claude Code's body against two, each an epoll change and a
+            # socket_action (tests/relay/upstream/test_curl_sockets.py).
+            small = t.body is None or len(t.body) <= _UPLOAD_BUFFER
+            setopt(pycurl.UPLOAD_BUFFERSIZE, _UPLOAD_BUFFER if small else _UPLOAD_BUFFER_BIG)
         if t.producer is not None:
             setopt(pycurl.POST, 1)
             setopt(pycurl.READFUNCTION, t.producer)

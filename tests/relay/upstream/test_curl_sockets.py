@@ -381,3 +381,40 @@ def test_below_budget_from_a_turn_serves_every_ready_socket():
             client._on_ready(client._ep.fileno(), 1)
             assert 1 <= len(acted) <= 4, len(acted)
     asyncio.run(go())
+
+
+def test_an_agent_body_goes_out_in_few_turns_of_the_loop():
+    """libcurl 8 sends even a body handed over whole (POSTFIELDS) through
+    its upload buffer, one buffer-full per socket_action: with the 16 KB
+    the relay gives a small call, Claude Code's 100 KB went out in seven
+    turns of the loop (and as many epoll changes), against two for a body
+    that fits.  A body past 16 KB gets libcurl's own 64 KB."""
+    async def go():
+        server, port = await _serve("keep")
+        client = CurlClient()
+        serves = 0
+        real = client._serve
+
+        def counted(fd, mask):
+            nonlocal serves
+            serves += 1
+            return real(fd, mask)
+        client._serve = counted
+        big = b'{"pad":"' + b"x" * 100_000 + b'"}'
+        turns = {}
+        for name, body in (("small", BODY), ("agent", big)):
+            t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x", [], body)
+            client.start(t)
+            assert (await asyncio.wait_for(t.done, 10))[0] == 0  # the connection is made
+            serves = 0
+            for _ in range(20):
+                t = Transfer("POST", f"http://127.0.0.1:{port}/v1/x", [], body)
+                client.start(t)
+                assert (await asyncio.wait_for(t.done, 10))[0] == 0
+                assert b"".join(t.chunks) == BODY
+            turns[name] = serves / 20
+        client.close()
+        server.close()
+        return turns
+    turns = asyncio.run(go())
+    assert turns["agent"] <= turns["small"] + 1.5, turns
