@@ -289,14 +289,11 @@ class CurlClient(CurlAsyncHTTPClient):
         # No LOW_SPEED_*: relay/upstream/client.py watches for silence itself.
         method = t.method
         if t.producer is None:
-            # libcurl keeps an upload buffer per transfer (64 KB by default)
-            # for as long as the transfer lasts, and sends even a body handed
-            # over whole through it, one buffer-full per turn of the loop.
-            # A body that fits in the smallest it allows gets that: it halves
-            # what an open stream costs us.  A bigger one (a coding agent's,
-            # 100 KB) gets the default, or it takes a turn per 16 KB: seven
-            # for Claude Code's body against two, each an epoll change and a
-            # socket_action (tests/relay/upstream/test_curl_sockets.py).
+            # libcurl keeps an upload buffer for the transfer's life and sends
+            # even a body handed over whole through it, a buffer-full a turn
+            # of the loop.  The least it allows halves what an open stream
+            # costs; a body past it (an agent's 100 KB) gets the default, or
+            # takes a turn per 16 KB (test_curl_sockets.py).
             small = t.body is None or len(t.body) <= _UPLOAD_BUFFER
             setopt(pycurl.UPLOAD_BUFFERSIZE, _UPLOAD_BUFFER if small else _UPLOAD_BUFFER_BIG)
         if t.producer is not None:
