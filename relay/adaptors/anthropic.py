@@ -39,7 +39,7 @@ class AnthropicStream(StreamReader):
     def __init__(self, call: Call, passthrough: bool):
         super().__init__()
         self.events = RawEvents()
-        self.conv = EventsToChunks(call.model)
+        self.conv = EventsToChunks(call.model, build=not passthrough)
         self.text_parts = self.conv.text_parts
         self.passthrough = passthrough
 
@@ -68,8 +68,9 @@ class AnthropicStream(StreamReader):
                 except ValueError:
                     pass
             if self.passthrough:
-                got = self.conv.feed(ev.event, data) if isinstance(data, dict) else []
-                out.append(Chunk(got[0] if got else None, raw))
+                if isinstance(data, dict):
+                    self.conv.feed(ev.event, data)  # the usage and the text, noted
+                out.append(Chunk(None, raw))
             elif isinstance(data, dict):
                 out += [Chunk(c) for c in self.conv.feed(ev.event, data)]
         return out

@@ -22,20 +22,24 @@ class EventsToChunks:
     Usage counts in message_delta are cumulative totals that replace those
     of message_start when present (that is how Anthropic reports them)."""
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, build: bool = True):
         self.model = model
         self.id = new_id("chatcmpl-")
         self.usage_doc: dict = {}
         self.tool_index: dict[int, int] = {}
         self.text_parts: list[str] = []
         self.final = False  # message_delta (with the final output count) seen
+        # False on pass-through: the events are written as they came, and
+        # only the usage and the text are noted (no chunk is made: a real
+        # answer streams hundreds of deltas)
+        self.build = build
 
     @property
     def usage(self) -> Usage | None:
         return usage_from(self.usage_doc) if self.usage_doc else None
 
-    def _chunk(self, delta=None, finish=None) -> dict:
-        return chunk(self.id, self.model, delta, finish)
+    def _chunk(self, delta=None, finish=None) -> dict | None:
+        return chunk(self.id, self.model, delta, finish) if self.build else None
 
     def feed(self, name: str, data: dict) -> list[dict]:
         """One event (its `event:` name and parsed data) -> 0..n chunks.
@@ -82,6 +86,8 @@ class EventsToChunks:
             stop = (data.get("delta") or {}).get("stop_reason")
             if stop:
                 return [self._chunk({}, STOP_TO_FINISH.get(stop, "stop"))]
+            return []
+        if not self.build:
             return []
         if kind == "message_stop":
             u = self.usage or Usage()
