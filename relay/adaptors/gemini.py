@@ -26,7 +26,7 @@ class GeminiStream(StreamReader):
     def __init__(self, call: Call, passthrough: bool):
         super().__init__()
         self.events = RawEvents()
-        self.conv = StreamToChunks(call.model)
+        self.conv = StreamToChunks(call.model, build=not passthrough)
         self.text_parts = self.conv.text_parts
         self.passthrough = passthrough
         self.model = call.upstream_model

@@ -15,29 +15,36 @@ from relay.money.pricing import Usage
 class StreamToChunks:
     """Gemini stream responses -> OpenAI chunks, collecting usage."""
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, build: bool = True):
         self.model = model
         self.id = new_id("chatcmpl-")
         self.started = False
         self.meta: dict | None = None
         self.calls = 0
         self.text_parts: list[str] = []
+        # False on pass-through: the usage and the text are noted, no chunk made
+        self.build = build
 
     @property
     def usage(self) -> Usage | None:
         return usage_from(self.meta)
 
+    def _chunk(self, delta: dict, finish: str | None = None) -> dict | None:
+        return chunk(self.id, self.model, delta, finish) if self.build else None
+
     def feed(self, doc: dict) -> list[dict]:
         """One streamed response -> 0..n chunks.  An error object in the
         stream becomes an error chunk (see common.error_chunk)."""
         if isinstance(doc.get("error"), dict):
+            if not self.build:
+                return []
             err = doc["error"]
             return [error_chunk(f"The upstream failed mid-stream: {err.get('message')}",
                                 "upstream_error", err.get("status"))]
         out = []
         if not self.started:
             self.started = True
-            out.append(chunk(self.id, self.model, {"role": "assistant", "content": ""}))
+            out.append(self._chunk({"role": "assistant", "content": ""}))
         if doc.get("usageMetadata"):
             self.meta = doc["usageMetadata"]
         for cand in (doc.get("candidates") or ())[:1]:
@@ -46,7 +53,7 @@ class StreamToChunks:
                     fc = p["functionCall"]
                     args = dumps(fc.get("args") or {})
                     self.text_parts += [fc.get("name", ""), args]
-                    out.append(chunk(self.id, self.model, {"tool_calls": [{
+                    out.append(self._chunk({"tool_calls": [{
                         "index": self.calls, "id": fc.get("id") or new_id("call_"),
                         "type": "function", "function": {"name": fc.get("name", ""),
                                                          "arguments": args}}]}))
@@ -54,11 +61,11 @@ class StreamToChunks:
                 elif p.get("text"):
                     self.text_parts.append(p["text"])
                     key = "reasoning_content" if p.get("thought") else "content"
-                    out.append(chunk(self.id, self.model, {key: p["text"]}))
+                    out.append(self._chunk({key: p["text"]}))
             finish = finish_from(cand.get("finishReason"), self.calls > 0)
             if finish:
-                out.append(chunk(self.id, self.model, {}, finish))
-        return out
+                out.append(self._chunk({}, finish))
+        return out if self.build else []
 
     def finish(self) -> list[dict]:
         """At the clean end of the stream: the usage chunk."""
