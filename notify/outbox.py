@@ -107,14 +107,23 @@ class Worker:
         self._wake.set()  # a slot is free: claim the next record without waiting a poll
 
     async def claim(self) -> dict | None:
-        """Atomically take one due record, or None when nothing is due."""
+        """Atomically take one due record, or None when nothing is due: a
+        send whose lease ran out (its relay gone) first, then the oldest
+        pending one.  Each by status equality and next_at, which the
+        (status, next_at) index answers: on the embedded server `$in` is
+        "any element of", a walk of the whole outbox (every delivery kept
+        for the console) once a second on every relay."""
         now = self.clock()
-        return await self.coll.find_one_and_update(
-            {"status": {"$in": ["pending", "sending"]}, "next_at": {"$lte": now}},
-            {"$set": {"status": "sending", "owner": self.owner, "next_at": now + self.lease,
-                      "claimed_at": now, "updated_at": now},
-             "$inc": {"attempts": 1}},
-            sort=[("next_at", 1)], return_document=ReturnDocument.AFTER)
+        for status in ("sending", "pending"):
+            doc = await self.coll.find_one_and_update(
+                {"status": {"$eq": status}, "next_at": {"$lte": now}},
+                {"$set": {"status": "sending", "owner": self.owner, "next_at": now + self.lease,
+                          "claimed_at": now, "updated_at": now},
+                 "$inc": {"attempts": 1}},
+                sort=[("next_at", 1)], return_document=ReturnDocument.AFTER)
+            if doc is not None:
+                return doc
+        return None
 
     async def _process(self, doc: dict) -> None:
         mine = {"_id": doc["_id"], "owner": self.owner, "attempts": doc["attempts"],

@@ -243,3 +243,26 @@ def test_a_cap_per_user_counts_with_an_index(tmp_path):
                                              r"(tokens|notify_outbox)", file)
     assert problems == {}, problems
     assert len(counts) == 2, windows[2]   # the keys' total and the deliveries'
+
+
+def test_the_outbox_is_polled_with_an_index(tmp_path):
+    """notify/outbox.py claims a due delivery once a second on every relay.
+    The outbox keeps every delivery for the console, so a claim that walks
+    it (`status $in`, which the embedded server reads as "any element of",
+    and no index serves) grows with the history; by status equality and
+    `next_at`, the (status, next_at) index answers it.  (A poll that fell
+    into another test's window made this known.)"""
+    trace = tmp_path / "sql.log"
+    relay = RelayProcess("", str(tmp_path / "data"), env={TRACE_ENV: str(trace)}).start()
+    try:
+        def polled():
+            text = open(trace, errors="replace").read()
+            assert len(re.findall(r"FROM\s+\"?notify_outbox\"?.*next_at", text)) >= 2
+        eventually(polled, timeout=15)
+    finally:
+        relay.stop()
+    file = sqlite3.connect(f"file:{bulkload.db_file(str(tmp_path / 'data'), relay.db_name)}"
+                           "?mode=ro", uri=True)
+    lines = open(trace, errors="replace").read().splitlines()
+    _, problems = _counted_with_indexes(lines, r"(notify_outbox)", file)
+    assert problems == {}, problems
