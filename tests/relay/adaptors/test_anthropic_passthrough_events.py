@@ -9,7 +9,7 @@ import json
 import pytest
 
 from relay.adaptors.anthropic import AnthropicStream
-from relay.adaptors.base import Call
+from tests.relay.adaptors.stream_pairs import fed_alike, stream_call
 
 
 def _event(name: str, data: dict) -> bytes:
@@ -51,11 +51,8 @@ EVENTS = [
 ]
 
 
-def _call() -> Call:
-    call = Call(request_id="r", endpoint="chat", face="anthropic", model="claude-x", body={},
-                raw=b"{}", native_body={}, stream=True)
-    call.upstream_model = "claude-x"
-    return call
+def _call():
+    return stream_call("anthropic", "claude-x")
 
 
 def _state(reader: AnthropicStream):
@@ -66,19 +63,8 @@ def _state(reader: AnthropicStream):
 
 @pytest.mark.parametrize("cut", [1, 3, 10, 36, 38, 40, 41, len(EVENTS)])
 def test_passing_through_notes_what_converting_notes(cut):
-    data = b"".join(EVENTS[:cut])
     passing, converting = AnthropicStream(_call(), True), AnthropicStream(_call(), False)
-    written = []
-    # fed as an upstream sends them: an event a chunk, some cut in two
-    for ev in EVENTS[:cut]:
-        half = len(ev) // 3
-        for piece in (ev[:half], ev[half:]):
-            written += passing.feed(piece)
-            converting.feed(piece)
-    written += passing.finish()
-    converting.finish()
-    assert b"".join(c.raw for c in written) == data  # byte for byte
-    assert all(c.data is None for c in written)       # and no chunk made
+    fed_alike(passing, converting, EVENTS[:cut], 1 / 3)
     assert _state(passing) == _state(converting)
 
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from relay.adaptors.base import Call
 from relay.adaptors.gemini import GeminiStream
+from tests.relay.adaptors.stream_pairs import fed_alike, stream_call
 
 
 def _event(doc: dict) -> bytes:
@@ -40,11 +40,8 @@ EVENTS = [
 ]
 
 
-def _call() -> Call:
-    call = Call(request_id="r", endpoint="chat", face="gemini", model="gemini-2.5-pro", body={},
-                raw=b"{}", native_body={}, stream=True)
-    call.upstream_model = "gemini-2.5-pro"
-    return call
+def _call():
+    return stream_call("gemini", "gemini-2.5-pro")
 
 
 def _state(reader: GeminiStream):
@@ -55,18 +52,8 @@ def _state(reader: GeminiStream):
 
 @pytest.mark.parametrize("cut", [1, 2, 8, 13, 14, len(EVENTS)])
 def test_passing_through_notes_what_converting_notes(cut):
-    data = b"".join(EVENTS[:cut])
     passing, converting = GeminiStream(_call(), True), GeminiStream(_call(), False)
-    written = []
-    for ev in EVENTS[:cut]:
-        half = len(ev) // 2
-        for piece in (ev[:half], ev[half:]):
-            written += passing.feed(piece)
-            converting.feed(piece)
-    written += passing.finish()
-    made = converting.finish()
-    assert b"".join(c.raw for c in written) == data
-    assert all(c.data is None for c in written)
+    _, made = fed_alike(passing, converting, EVENTS[:cut], 1 / 2)
     assert _state(passing) == _state(converting)
     if cut == len(EVENTS):
         assert made[-1].data["usage"]["prompt_tokens"] == 800  # the converting one still makes them
