@@ -3,6 +3,7 @@ Schema subset, and the canonical reasoning effort <-> thinkingConfig."""
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 from cachetools import LRUCache
@@ -82,6 +83,9 @@ def schema_from_openai(s: Any) -> Any:
 # each time.
 _CACHED_BELOW = 16 * 1024
 _converted: LRUCache = LRUCache(maxsize=1 << 20, getsizeof=lambda kept: kept[0])
+# Conversions also run off the loop (a countTokens, a cut stream's estimate:
+# tokenizer.off_loop), and an LRU is reordered by every read.
+_converted_lock = threading.Lock()
 
 
 def tool_schema(convert, schema: Any) -> Any:
@@ -91,9 +95,12 @@ def tool_schema(convert, schema: Any) -> Any:
     text = jsonin.dumps(schema, held=False)
     if len(text) >= _CACHED_BELOW:
         return convert(schema)
-    kept = _converted.get((convert, text))
+    with _converted_lock:
+        kept = _converted.get((convert, text))
     if kept is None:  # (the text's size, for the bound; the converted schema)
-        kept = _converted[convert, memoryview(text).tobytes()] = len(text), convert(schema)
+        kept = len(text), convert(schema)
+        with _converted_lock:
+            _converted[convert, memoryview(text).tobytes()] = kept
     return kept[1]
 
 

@@ -264,3 +264,36 @@ def test_tool_parameters_kept_by_their_text_and_bounded():
     back = {"type": "OBJECT", "properties": {"a": {"type": "STRING"}}}
     assert gc.tool_schema(gc.schema_to_openai, back) == gc.schema_to_openai(back)
     assert gc.tool_schema(gc.schema_from_openai, back) == gc.schema_from_openai(back)
+
+
+def test_tool_schemas_kept_from_several_threads():
+    """A Gemini countTokens or a cut stream's estimate converts off the loop
+    (relay/money/tokenizer.off_loop) while the loop converts other calls:
+    the schemas kept are shared by both threads, and stay whole."""
+    import sys
+    import threading
+    from relay.convert import gemini_config
+    errors = []
+
+    def convert(n):
+        try:
+            for i in range(400):
+                schema = {"type": "object", "description": f"{n}-{i % 50}-" + "x" * 9000}
+                assert gc.tool_schema(gc.schema_from_openai, schema)["description"] \
+                    == schema["description"]
+        except Exception as exc:  # noqa: BLE001 - what a broken cache raises
+            errors.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=convert, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    cache = gemini_config._converted
+    assert cache.currsize == sum(kept[0] for kept in cache.values()) <= cache.maxsize
