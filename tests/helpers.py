@@ -236,3 +236,20 @@ def eventually(fn, timeout: float = 5.0, interval: float = 0.1):
             if time.monotonic() > deadline:
                 raise
             time.sleep(interval)
+
+
+def interleaved(target, args_list) -> None:
+    """target(*args) on a thread each, switching between threads as often
+    as the interpreter can (between any two lines): for state that threads
+    share, a race shows in every run, not one in a hundred."""
+    import threading
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=target, args=args) for args in args_list]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)

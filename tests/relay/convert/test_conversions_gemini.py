@@ -14,6 +14,7 @@ from relay.convert.gemini_stream import ChunksToStream, StreamToChunks
 from relay.errors import RelayError
 from relay.faces import gemini as gface
 from relay.money.pricing import Usage
+from tests.helpers import interleaved
 
 
 # ---- Gemini requests -------------------------------------------------------------
@@ -270,8 +271,6 @@ def test_tool_schemas_kept_from_several_threads():
     """A Gemini countTokens or a cut stream's estimate converts off the loop
     (relay/money/tokenizer.off_loop) while the loop converts other calls:
     the schemas kept are shared by both threads, and stay whole."""
-    import sys
-    import threading
     from relay.convert import gemini_config
     errors = []
 
@@ -284,16 +283,7 @@ def test_tool_schemas_kept_from_several_threads():
         except Exception as exc:  # noqa: BLE001 - what a broken cache raises
             errors.append(repr(exc))
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=convert, args=(n,)) for n in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    interleaved(convert, [(n,) for n in range(6)])
     assert errors == []
     cache = gemini_config._converted
     assert cache.currsize == sum(kept[0] for kept in cache.values()) <= cache.maxsize

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from relay.serving import jsonin
+from tests.helpers import interleaved
 
 orjson = pytest.importorskip("orjson")
 
@@ -312,7 +313,6 @@ def test_the_lists_a_document_is_nested_in_are_never_shared_by_two_threads():
     call; threads (bodies parsed off the loop) each encode their own
     document, never another's, and a failed encoding leaves no document
     behind in them."""
-    import threading
     docs = [{"n": i, "pad": "x" * (5000 + i)} for i in range(8)]
     wrong = []
 
@@ -323,17 +323,7 @@ def test_the_lists_a_document_is_nested_in_are_never_shared_by_two_threads():
                 wrong.append(doc["n"])
                 return
 
-    import sys
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads switch between any two lines
-    try:
-        threads = [threading.Thread(target=encode, args=(d,)) for d in docs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    interleaved(encode, [(d,) for d in docs])
     assert wrong == []
     assert jsonin._encoded_within({"big": 2 ** 64}, jsonin.MAX_DEPTH) is None
     for outer, inner in jsonin._WRAPS:
