@@ -159,10 +159,7 @@ def _fast(raw, max_depth: int):
         # with what orjson will not write: the walks say which.
         if not _within(doc, max_depth):
             return _SLOW, None
-        try:
-            compact = orjson.dumps(doc, option=orjson.OPT_STRICT_INTEGER)
-        except TypeError:
-            compact = None
+        compact = _dumps_strict(doc)
     if (compact is None or _large_float(compact)) and not _numbers_exact(doc):
         return _SLOW, None
     return doc, compact
