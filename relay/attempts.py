@@ -102,6 +102,11 @@ async def attempt_stream(upstream, call, channel, adaptor, sink, face, cancel,
     # well.  Only a refusal (which comes before any stream) reads it again:
     # the stream lets go of it once it begins.
     s.sent, req = req, None
+    # And the parsed body goes now, not when the answer begins: an agent's
+    # call waits seconds for its first byte while the upstream reads the
+    # prompt, and freed here, just after it was read, it costs a third of
+    # what it does once the cache has moved on.  A retry parses it again.
+    call.shelve()
     resp = await sending
     out, reader, writer = s.out, s.reader, s.writer
     out.status = resp.status
@@ -177,7 +182,6 @@ class _Streaming:
             self.out.started = True
             self.sent = None
             self.out.ttfb = time.monotonic() - self.t0
-            self.call.shelve()  # no other channel will be tried now
         sink.write(data)
         cancel = self.cancel
         if sink.pending() > MAX_PENDING and not cancel.paused:

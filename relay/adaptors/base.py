@@ -61,12 +61,13 @@ class Call:
             del self.__dict__["body"]
 
     def shelve(self) -> None:
-        """Drop the parsed bodies for the rest of a stream that has begun (no
-        other channel will be tried).  A coding agent's 100 KB body is 240 KB
-        parsed, and twice that with the OpenAI-shaped copy, held for minutes;
-        the bytes (what the upstream was sent) stay.  Read again later, they
-        are parsed again from those bytes: nothing on a normal stream's path
-        reads them (only an estimate for a stream that lost its usage)."""
+        """Drop the parsed bodies once a stream's request is made (attempts.
+        attempt_stream).  A coding agent's 100 KB body is 240 KB parsed, and
+        twice that with the OpenAI-shaped copy, held for minutes; the bytes
+        (what the upstream was sent) stay.  Read again later, they are parsed
+        again from those bytes: nothing on a normal stream's path reads them
+        (a retry on another channel does, and an estimate for a stream that
+        lost its usage)."""
         if self.derive is not None and self.raw:
             self.__dict__.pop("body", None)
             self.__dict__.pop("native_body", None)

@@ -1,7 +1,8 @@
-"""A stream that has begun drops the parsed request (Call.shelve) and keeps
-only the client's bytes; anything that reads the body later gets it parsed
-again, equal to what it was.  The stream's own path never reads it again:
-that is what makes shelving free in CPU."""
+"""A stream drops the parsed request (Call.shelve) once its request is
+made and keeps only the client's bytes; anything that reads the body later
+(a retry on another channel) gets it parsed again, equal to what it was.
+The stream's own path never reads it again: that is what makes shelving
+free in CPU."""
 from __future__ import annotations
 
 import asyncio
@@ -191,3 +192,51 @@ def test_a_messages_call_passed_through_is_never_converted():
     assert {"type": "image_url", "image_url": {"url": "https://x/a.png"}} in \
         call.body["messages"][-1]["content"]
     assert parsed == [1] and converted == [1]
+
+
+class _Refusing:
+    """Looks at the call when its request is sent, then refuses it before
+    any byte of an answer (as an upstream's 5xx or a failed connect does)."""
+
+    def __init__(self, call):
+        self.call = call
+        self.held_at_send = None
+
+    async def send(self, method, url, headers, body, *, on_chunk, **kw):
+        await asyncio.sleep(0)
+        self.held_at_send = "body" in self.call.__dict__ or "native_body" in self.call.__dict__
+        return Response(503, None, body=b'{"error": {"message": "busy", "type": "overloaded_error"}}')
+
+
+def _channel(kind: str, model: str) -> Channel:
+    return Channel(id=1, name="c", type=kind, base_url="http://127.0.0.1:9", key="k",
+                   models=(model,), groups=("default",), priority=0, weight=1, model_mapping={})
+
+
+def test_the_parsed_body_is_dropped_once_sent_and_a_retry_reads_it_again():
+    """A coding agent's call waits seconds for its first byte (the upstream
+    reads 100 KB of prompt first): its parsed body (240 KB for a Claude Code
+    body) is dropped as the request goes out, not held until the answer
+    begins.  A retry on another channel, converted or not, gets the body
+    parsed again from the bytes, equal to the first."""
+    doc = dict(MESSAGES, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "héllo"},
+        {"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}])
+    call = anthropic_face.parse_messages("req_8", _raw(doc))
+    canonical = call.body   # made, as a converted channel reads it
+    call.upstream_model = call.model
+    refusing = _Refusing(call)
+    out = asyncio.run(attempts.attempt_stream(refusing, call, _channel("openai", "gpt-4o"),
+                                              registry.adaptor_for("openai"), _Sink(),
+                                              anthropic_face, Cancel()))
+    assert out.error is not None and not out.started
+    assert refusing.held_at_send is False
+    assert call.native_body == doc and call.body == canonical
+    # The next channel speaks Messages: sent the client's bytes, and streamed.
+    sink = _Sink()
+    out = asyncio.run(attempts.attempt_stream(_Upstream(_anthropic_sse()), call,
+                                              _channel("anthropic", "claude-sonnet-4-5"),
+                                              registry.adaptor_for("anthropic"), sink,
+                                              anthropic_face, Cancel()))
+    assert out.error is None and b"hello there" in b"".join(sink.data)
+    assert "body" not in call.__dict__ and "native_body" not in call.__dict__
