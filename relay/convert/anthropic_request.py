@@ -42,49 +42,75 @@ def _fail(field: str, message: str, code: str = "invalid_request") -> None:
     raise bad_request(f"{field}: {message}", code, field.split(".")[0])
 
 
-def _block_problem(block: Any) -> tuple[str, str] | None:
+def _block_problem(block: Any, refs: list) -> tuple[str, str] | None:
     """(where under the block, what) of a block the conversion cannot read,
     or None.  The path is only written for a block that fails: an agent's
     body has hundreds of blocks, and formatting a path for each was most of
-    validating it."""
-    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+    validating it.  refs[0] counts the blocks met that the upstream fetches
+    by reference (references_in)."""
+    if not isinstance(block, dict):
         return "", "must be an object with a string 'type'."
-    for name, kind in _BLOCK_FIELDS.get(block["type"], ()):
-        if not isinstance(block.get(name), kind):
-            return f".{name}", f"Field required ({_TYPE_NAMES[kind]})."
-    inner = block.get("content")
-    if block["type"] == "tool_result" and inner is not None:
+    kind = block.get("type")
+    if not isinstance(kind, str):
+        return "", "must be an object with a string 'type'."
+    fields = _BLOCK_FIELDS.get(kind)
+    if fields is None:
+        return None
+    for name, want in fields:
+        if not isinstance(block.get(name), want):
+            return f".{name}", f"Field required ({_TYPE_NAMES[want]})."
+    if kind == "tool_result":
+        inner = block.get("content")
         if isinstance(inner, list):
             for k, b in enumerate(inner):
-                found = _block_problem(b)
+                found = _block_problem(b, refs)
                 if found is not None:
                     return f".content.{k}{found[0]}", found[1]
-        elif not isinstance(inner, str):
+        elif inner is not None and not isinstance(inner, str):
             return ".content", "must be a string or an array of blocks."
+    elif kind == "image" or kind == "document":
+        refs[0] += _source_refs(block["source"])
     return None
 
 
-def _check_block(path: str, block: Any) -> None:
-    found = _block_problem(block)
-    if found is not None:
-        _fail(path + found[0], found[1], "invalid_content")
+def _source_refs(src: dict) -> int:
+    via = src.get("type")
+    if via == "file" or via == "url":
+        return 1
+    return references_in(src.get("content")) if via == "content" else 0
 
 
-def _check_content(path: str, content: Any) -> None:
-    if isinstance(content, str):
-        return
-    if not isinstance(content, list):
-        _fail(path, "must be a string or an array of blocks.", "invalid_content")
-    for j, block in enumerate(content):
-        found = _block_problem(block)
-        if found is not None:
-            _fail(f"{path}.{j}{found[0]}", found[1], "invalid_content")
+def references_in(content: Any) -> int:
+    """Images and documents the upstream fetches by reference (a URL, a file
+    id) in a message's content, wherever a block may hold them (a tool
+    result, a document's own content): their size is not in the body
+    (relay/bounds.py).  validate() counts those of a valid body's messages
+    on its own walk; this reads content it does not check."""
+    n = 0
+    todo = [content]
+    while todo:
+        content = todo.pop()
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "tool_result":
+                todo.append(block.get("content"))
+            elif kind in ("image", "document"):
+                src = block.get("source")
+                if isinstance(src, dict):
+                    n += _source_refs(src)
+    return n
 
 
-def validate(doc: dict) -> None:
+def validate(doc: dict) -> int:
     """The checks Anthropic itself makes that the conversion relies on, so
     a bad call fails here with a message naming the field.  Raises
-    RelayError(400)."""
+    RelayError(400).  Returns how many blocks of the messages the upstream
+    fetches by reference (references_in), counted on the same walk: a
+    second walk of an agent's hundred blocks cost a quarter of this one."""
     mt = doc.get("max_tokens")
     if not isinstance(mt, int) or isinstance(mt, bool) or mt < 0:
         # 0 is valid: it warms the prompt cache without generating.
@@ -92,6 +118,7 @@ def validate(doc: dict) -> None:
     msgs = doc.get("messages")
     if not isinstance(msgs, list) or not msgs:
         _fail("messages", "must be a non-empty array.", "missing_messages")
+    refs = [0]
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             _fail(f"messages.{i}.role", "Input should be 'user', 'assistant' or 'system'.",
@@ -103,14 +130,23 @@ def validate(doc: dict) -> None:
                       "invalid_content")
             continue
         content = m.get("content")
-        if not isinstance(content, str):
-            _check_content(f"messages.{i}.content", content)
+        if isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            _fail(f"messages.{i}.content", "must be a string or an array of blocks.",
+                  "invalid_content")
+        for j, block in enumerate(content):
+            found = _block_problem(block, refs)
+            if found is not None:
+                _fail(f"messages.{i}.content.{j}{found[0]}", found[1], "invalid_content")
     system = doc.get("system")
     if system is not None and not isinstance(system, str):
         if not isinstance(system, list):
             _fail("system", "must be a string or an array of text blocks.", "invalid_system")
         for j, block in enumerate(system):
-            _check_block(f"system.{j}", block)
+            found = _block_problem(block, [0])
+            if found is not None:
+                _fail(f"system.{j}{found[0]}", found[1], "invalid_content")
     tools = doc.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -137,6 +173,7 @@ def validate(doc: dict) -> None:
     if stops is not None and not (isinstance(stops, list) and all(isinstance(s, str)
                                                                   for s in stops)):
         _fail("stop_sequences", "must be an array of strings.", "invalid_stop_sequences")
+    return refs[0]
 
 
 # ---- Anthropic -> OpenAI ---------------------------------------------------------

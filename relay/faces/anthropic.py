@@ -28,7 +28,7 @@ def _client_query(query: str) -> str:
     return redact.strip_credentials(query)
 
 
-def _call(request_id: str, raw: bytes, doc: dict, headers, query: str,
+def _call(request_id: str, raw: bytes, doc: dict, headers, query: str, refs: int,
           body: dict | None = None) -> Call:
     """The Call for a Messages body; its canonical (OpenAI-shaped) body is
     made only if something reads it (Call.canonical): an Anthropic channel
@@ -42,7 +42,7 @@ def _call(request_id: str, raw: bytes, doc: dict, headers, query: str,
         if headers and headers.get(name):
             call.extra[name.replace("-", "_")] = headers.get(name)
     call.extra["anthropic_query"] = _client_query(query)
-    call.extra["references"] = references(doc.get("messages"))
+    call.extra["references"] = refs  # counted by validate() (relay/bounds.py reads it)
     call.extra["output_asked"] = doc.get("max_tokens")
     return call
 
@@ -51,41 +51,12 @@ def _canonical(doc: dict) -> dict:
     return converted(conv.request_to_openai, doc)
 
 
-def references(messages) -> int:
-    """Images and documents the upstream fetches by reference (a URL, a file
-    id), wherever a block may hold them (a tool result, a document's own
-    content): their size is not in the body (relay/bounds.py).  Counted on
-    the native body, as its conversion may not be made; assistant turns are
-    counted too, which only errs on the safe side."""
-    n = 0
-    todo = [msg.get("content") for msg in messages if isinstance(msg, dict)] \
-        if isinstance(messages, list) else []
-    while todo:
-        content = todo.pop()
-        if not isinstance(content, list):
-            continue
-        for block in content:
-            if not isinstance(block, dict):
-                continue
-            kind = block.get("type")
-            if kind == "tool_result":
-                todo.append(block.get("content"))
-            elif kind in ("image", "document"):
-                src = block.get("source")
-                via = src.get("type") if isinstance(src, dict) else None
-                n += via in ("file", "url")
-                if via == "content":
-                    todo.append(src.get("content"))
-    return n
-
-
 def parse_messages(request_id: str, raw: bytes, headers=None, query: str = "") -> Call:
     """POST /v1/messages -> Call.  `headers` (a mapping) and `query` are the
     client's, for pass-through.  Raises RelayError(400) on a bad body."""
     doc, sent = load_passing(raw)
     require_model(doc)
-    conv.validate(doc)
-    call = _call(request_id, sent, doc, headers, query)
+    call = _call(request_id, sent, doc, headers, query, conv.validate(doc))
     call.derive = load_json
     return call
 
@@ -95,8 +66,8 @@ def parse_count_tokens(request_id: str, raw: bytes, headers=None, query: str = "
     here).  Raises RelayError(400) on a bad body."""
     doc, sent = load_passing(raw)
     require_model(doc)
-    conv.validate(dict(doc, max_tokens=1))
-    return _call(request_id, sent, doc, headers, query,
+    refs = conv.validate(dict(doc, max_tokens=1))
+    return _call(request_id, sent, doc, headers, query, refs,
                  body=converted(conv.request_to_openai, dict(doc, max_tokens=1)))
 
 
