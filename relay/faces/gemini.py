@@ -56,6 +56,8 @@ def parse(request_id: str, raw: bytes, model: str, method: str, sse_mode: bool) 
     call.extra["output_asked"] = _either(cfg, "maxOutputTokens", "max_output_tokens")
     call.extra["choices_asked"] = _either(cfg, "candidateCount", "candidate_count")
     call.extra["references"] = references(doc.get("contents"))
+    # Read again from the bytes once a stream has let it go (Call.shelve).
+    call.derive = load_json
     return call
 
 

@@ -240,3 +240,25 @@ def test_the_parsed_body_is_dropped_once_sent_and_a_retry_reads_it_again():
                                               anthropic_face, Cancel()))
     assert out.error is None and b"hello there" in b"".join(sink.data)
     assert "body" not in call.__dict__ and "native_body" not in call.__dict__
+
+
+def test_a_gemini_call_is_dropped_once_sent_and_parsed_again_alike():
+    """The Gemini face's native body is its bytes parsed, as the Messages
+    face's: a streamed call lets go of it (an agent's 90 KB is 200 KB
+    parsed, held for the whole stream), and reads it back equal."""
+    from relay.faces import gemini as gemini_face
+    doc = {"contents": [{"role": "user", "parts": [
+               {"text": "héllo"}, {"fileData": {"fileUri": "https://x.test/a.pdf",
+                                                "mimeType": "application/pdf"}}]}],
+           "tools": [{"functionDeclarations": [{"name": "f"}]}],
+           "generationConfig": {"maxOutputTokens": 50}}
+    call = gemini_face.parse("req_9", _raw(doc), "gemini-2.5-pro", "streamGenerateContent", True)
+    canonical = call.body
+    call.upstream_model = call.model
+    refusing = _Refusing(call)
+    out = asyncio.run(attempts.attempt_stream(refusing, call, _channel("openai", "gpt-4o"),
+                                              registry.adaptor_for("openai"), _Sink(),
+                                              gemini_face, Cancel()))
+    assert out.error is not None and refusing.held_at_send is False
+    assert call.native_body == doc and call.body == canonical
+    assert call.extra["references"] == 1 and call.extra["output_asked"] == 50
