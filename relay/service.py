@@ -210,7 +210,7 @@ class RelayService(Settling):
         if self.sessions is not None:  # the conversation's own channel first
             channels = await self.sessions.order(call, auth, channels)
         price = prices[channels[0].id]
-        if registry.adaptor_for(channels[0].type).native != call.face:
+        if not registry.passes_through(call, channels[0]):
             # A conversion the face deferred (Call.canonical) is made now, so
             # that a body it cannot read is a 400 before anything is reserved.
             call.body  # noqa: B018
