@@ -18,7 +18,7 @@ from relay.adaptors.base import Call, Chunk, StreamReader
 from relay.convert import responses as conv
 from relay.convert import responses_upstream as upstream
 from relay.serving import sse
-from relay.convert.common import RawEvents, unreadable_is_value_error
+from relay.convert.common import RawEvents, renamed, unreadable_is_value_error
 from relay.convert.responses_stream import LIFECYCLE, EventsToChunks
 from relay.money.pricing import Usage
 from relay.serving import jsonin
@@ -38,8 +38,15 @@ def upstream_body(call: Call) -> bytes:
     nothing changes, else re-encoded with the channel's model name (and, for
     a conversation continued from a response stored here, its history)."""
     doc = call.extra.get("upstream_doc")
-    if doc is None and call.upstream_model == call.model and call.raw:
-        return call.raw
+    if doc is None and call.raw:
+        if call.upstream_model == call.model:
+            return call.raw
+        # Renamed in place when the member is plainly the body's own (Codex
+        # writes it first); else re-encoded, which costs less than the
+        # parse that would make sure of a member found further on.
+        out = renamed(call.raw, call.model, call.upstream_model, None)
+        if out is not None:
+            return out
     doc = dict(doc if doc is not None else call.native_body, model=call.upstream_model)
     return jsonin.dumps(doc)
 
