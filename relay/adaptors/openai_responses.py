@@ -18,7 +18,7 @@ from relay.adaptors.base import Call, Chunk, StreamReader
 from relay.convert import responses as conv
 from relay.convert import responses_upstream as upstream
 from relay.serving import sse
-from relay.convert.common import RawEvents, renamed, unreadable_is_value_error
+from relay.convert.common import RawEvents, renamed, renamed_member, unreadable_is_value_error
 from relay.convert.responses_stream import LIFECYCLE, EventsToChunks
 from relay.money.pricing import Usage
 from relay.serving import jsonin
@@ -138,7 +138,14 @@ def parse_for_chat(call: Call, body: bytes) -> tuple[dict, Usage | None]:
 
 
 def rename_model(raw: bytes, data: dict, model: str) -> bytes:
-    """A lifecycle event with the public model name (the one rewrite)."""
+    """A lifecycle event with the public model name (the one rewrite): in
+    its own bytes when the name can be found there for certain
+    (renamed_member), else re-encoded."""
+    was = (data.get("response") or {}).get("model")
+    if isinstance(was, str):
+        out = renamed_member(raw, was, model)
+        if out is not None:
+            return out
     resp = dict(data.get("response") or {}, model=model)
     name = _event_kind(raw).decode() or None
     return sse.encode(dict(data, response=resp), name)

@@ -191,6 +191,30 @@ def renamed(raw: bytes, old: str, new: str,
         return None
 
 
+# Model names every JSON encoder writes as they are: no quote, backslash,
+# control or non-ASCII character, and none of what some escape (Go: < > &;
+# PHP: / unless told otherwise, which a body without "\/" was not).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._:@+/-]+")
+
+
+def renamed_member(raw: bytes, old: str, new: str) -> bytes | None:
+    """`raw` with its one `"model": "<old>"` member naming `new` instead,
+    when the document (whose parse named `old` somewhere) holds exactly one:
+    a name written plainly appears so wherever the encoder wrote it, and a
+    member cannot be inside a string (its quotes would be escaped).  None
+    when there are none or several, or the name may have been escaped: the
+    caller re-encodes.  For events that echo a request (Responses lifecycle
+    events carry its instructions and tools): no second parse, no
+    re-encoding of 30 KB."""
+    if not _PLAIN_NAME.fullmatch(old) or ("/" in old and b"\\/" in raw):
+        return None
+    pattern = re.compile(rb'("model"\s*:\s*)' + re.escape(json.dumps(old).encode()))
+    m = pattern.search(raw)
+    if m is None or pattern.search(raw, m.end()) is not None:
+        return None
+    return raw[:m.start()] + m.group(1) + json.dumps(new).encode() + raw[m.end():]
+
+
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
