@@ -176,12 +176,11 @@ def renamed(raw: bytes, old: str, new: str,
     when a glance cannot tell it is the outermost object's; None when it
     was not, or there is none, or there is no check: the caller
     re-encodes."""
-    pattern = rb'("model"\s*:\s*)' + re.escape(json.dumps(old).encode())
-    m = re.search(pattern, raw)
+    m = _member(old).search(raw)
     if m is None:
         return None
-    out = raw[:m.start()] + m.group(1) + json.dumps(new).encode() + raw[m.end():]
-    if _top_level_at(raw, m.start()):
+    out = raw[:m.start(2)] + m.group(2) + json.dumps(new).encode() + raw[m.end():]
+    if _top_level_at(raw, m.start(2)):
         return out  # the body's own member: no need to parse 100 KB to be sure
     if check is None:
         return None
@@ -208,11 +207,20 @@ def renamed_member(raw: bytes, old: str, new: str) -> bytes | None:
     re-encoding of 30 KB."""
     if not _PLAIN_NAME.fullmatch(old) or ("/" in old and b"\\/" in raw):
         return None
-    pattern = re.compile(rb'("model"\s*:\s*)' + re.escape(json.dumps(old).encode()))
+    pattern = _member(old)
     m = pattern.search(raw)
     if m is None or pattern.search(raw, m.end()) is not None:
         return None
-    return raw[:m.start()] + m.group(1) + json.dumps(new).encode() + raw[m.end():]
+    return raw[:m.start(2)] + m.group(2) + json.dumps(new).encode() + raw[m.end():]
+
+
+def _member(name: str) -> re.Pattern:
+    """A `"model": "<name>"` member: the key after the `{` or `,` that opens
+    it, so that the bytes standing inside a key that ends in an escaped
+    quote and `model` (`"a\\"model": ...`) are not taken for one: renamed
+    there, the upstream would run the client's model name, billed as the
+    mapped one's."""
+    return re.compile(rb'([{,]\s*)("model"\s*:\s*)' + re.escape(json.dumps(name).encode()))
 
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')

@@ -130,3 +130,33 @@ def test_whatever_the_names_the_response_alone_is_renamed(name, text, spaced, as
     assert _data(out) == dict(doc, response=dict(doc["response"], model="public"))
     if renamed_member(raw, name, "public") is not None:
         assert len(out) - len(raw) == len(json.dumps("public")) - len(json.dumps(name))
+
+
+def test_a_key_ending_in_an_escaped_quote_and_model_is_not_the_member():
+    # The bytes `"model"` also stand inside the key `a"model` (`"a\"model"`): a
+    # match there is inside a string, and renaming it would send the client's
+    # model name to the upstream while billing the mapped one's.
+    doc = {'a"model': "gpt-public", "model": "gpt-public", "input": "hi"}
+    raw = b'{"a\\"model": "gpt-public", "model": "gpt-public", "input": "hi"}'
+    assert json.loads(raw) == doc
+    got = json.loads(upstream_body(_call(raw)))
+    assert got == dict(doc, model="gpt-5")
+    event = (b'event: response.created\ndata: {"type":"response.created","response":'
+             b'{"metadata":{"a\\"model":"gpt-5"},"model":"gpt\\u002d5"}}\n\n')
+    out = rename_model(event, _data(event), "public")
+    assert _data(out)["response"] == {"metadata": {'a"model': "gpt-5"}, "model": "public"}
+
+
+def test_a_messages_body_is_renamed_at_its_own_member_alike():
+    from models.records import Channel
+    from relay import registry
+    from relay.faces import anthropic as anthropic_face
+    raw = (b'{"x\\"model": "claude-public", "model": "claude-public", "max_tokens": 5,'
+           b' "messages": [{"role": "user", "content": "hi"}]}')
+    call = anthropic_face.parse_messages("r", raw)
+    call.upstream_model = "claude-sonnet-4-5"
+    channel = Channel(id=1, name="c", type="anthropic", base_url="http://127.0.0.1:9", key="k",
+                      models=("claude-public",), groups=("default",), priority=0, weight=1,
+                      model_mapping={"claude-public": "claude-sonnet-4-5"})
+    sent = json.loads(registry.adaptor_for("anthropic").prepare(call, channel).body)
+    assert sent == dict(json.loads(raw), model="claude-sonnet-4-5")
