@@ -141,6 +141,9 @@ def items_of(doc: dict) -> list:
     return inp
 
 
+_JSON_TYPES = {dict: "an object", bool: "a boolean", int: "a number", float: "a number"}
+
+
 def validate(doc: dict) -> None:
     """The frame checks OpenAI makes, so that a bad call fails the same way
     on every channel type."""
@@ -161,6 +164,13 @@ def validate(doc: dict) -> None:
         if kind == "message" and item.get("role") not in ROLES:
             raise bad_request(f"Invalid value: {item.get('role')!r}. 'input[{i}].role' must be "
                               f"one of {', '.join(ROLES)}.", "invalid_value", f"input[{i}].role")
+        content = item.get("content")
+        if kind == "message" and content is not None and not isinstance(content, (str, list)):
+            # The bridge would read an object's keys as its parts: an empty turn.
+            raise bad_request(f"Invalid type for 'input[{i}].content': expected one of a string "
+                              f"or an array of content parts, but got "
+                              f"{_JSON_TYPES.get(type(content), 'a value')} instead.",
+                              "invalid_type", f"input[{i}].content")
         if kind in ("function_call_output", "custom_tool_call_output") and not isinstance(
                 item.get("call_id"), str):
             raise bad_request(f"Missing required parameter: 'input[{i}].call_id'.",

@@ -218,6 +218,20 @@ def test_custom_tool_items_are_validated():
         assert got.value.status == 400 and got.value.param == param, item
 
 
+def test_a_message_whose_content_is_neither_text_nor_parts_is_refused():
+    """OpenAI refuses it; the bridge read an object's keys as parts and sent
+    the model an empty turn, billed as an answer to it."""
+    for content in ({"type": "input_text", "text": "hi"}, 5, True):
+        for item in ({"type": "message", "role": "user", "content": content},
+                     {"role": "user", "content": content}):
+            with pytest.raises(RelayError) as got:
+                conv.validate({"model": "m", "input": [{"role": "user", "content": "a"}, item]})
+            assert got.value.status == 400 and got.value.param == "input[1].content", item
+            assert "expected one of a string or an array" in got.value.message
+    for content in ("hi", [{"type": "input_text", "text": "hi"}], []):
+        conv.validate({"model": "m", "input": [{"role": "user", "content": content}]})
+
+
 def test_whole_answer_calls_a_custom_tool_with_its_raw_input():
     b = conv.request_to_chat({"model": "m", "input": "x", "tools": [
         APPLY_PATCH, {"type": "function", "name": "f"}]})
