@@ -179,11 +179,12 @@ def renamed(raw: bytes, old: str, new: str,
     m = _member(old).search(raw)
     if m is None:
         return None
-    out = raw[:m.start(2)] + m.group(2) + json.dumps(new).encode() + raw[m.end():]
     if _top_level_at(raw, m.start(2)):
-        return out  # the body's own member: no need to parse 100 KB to be sure
+        # The body's own member: no need to parse 100 KB to be sure.
+        return _spliced(raw, m, new)
     if check is None:
         return None
+    out = _spliced(raw, m, new)
     try:
         return out if check(out) else None
     except (ValueError, TypeError, KeyError, AttributeError):
@@ -211,7 +212,7 @@ def renamed_member(raw: bytes, old: str, new: str) -> bytes | None:
     m = pattern.search(raw)
     if m is None or pattern.search(raw, m.end()) is not None:
         return None
-    return raw[:m.start(2)] + m.group(2) + json.dumps(new).encode() + raw[m.end():]
+    return _spliced(raw, m, new)
 
 
 def _member(name: str) -> re.Pattern:
@@ -221,6 +222,11 @@ def _member(name: str) -> re.Pattern:
     there, the upstream would run the client's model name, billed as the
     mapped one's."""
     return re.compile(rb'([{,]\s*)("model"\s*:\s*)' + re.escape(json.dumps(name).encode()))
+
+
+def _spliced(raw: bytes, m: re.Match, new: str) -> bytes:
+    """raw with the value of the member _member() found naming `new`."""
+    return raw[:m.start(2)] + m.group(2) + json.dumps(new).encode() + raw[m.end():]
 
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
